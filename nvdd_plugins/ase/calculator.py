@@ -1,0 +1,124 @@
+"""`DomainDecomposedCalculator`: an ASE calculator that decomposes space over MPI ranks.
+
+Every rank holds the full `Atoms` (the ASE convention under `mpirun`); each evaluates the
+atoms of its sub-domain plus ghosts through `DistributedModel`, and all ranks return the same
+full results. Run scripts as `mpirun -n P python -m mpi4py script.py` so an exception on one
+rank ends all of them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+import torch
+from ase import Atoms
+from ase.calculators.calculator import Calculator, all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
+
+from nvdd_plugins.comm import Communicator, SimulatedMesh
+from nvdd_plugins.comm.resolve import resolve_communicator
+from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.models import BaseModelMixin
+
+__all__ = ["DomainDecomposedCalculator"]
+
+# A new decomposition is needed when these change; positions and cell are tracked by the
+# rebuild logic (skin) instead.
+_RESET_ON = {"numbers", "pbc"}
+
+
+def _world_communicator(comm: Any) -> Communicator:
+    if comm is not None:
+        return resolve_communicator(comm)
+    try:
+        from mpi4py import MPI  # optional: without mpi4py the calculator runs on one rank
+    except ImportError:
+        return SimulatedMesh(1).communicator(0)
+    return resolve_communicator(MPI.COMM_WORLD)
+
+
+class DomainDecomposedCalculator(Calculator):
+    """ASE calculator evaluating `model` domain-decomposed over an MPI communicator.
+
+    Args:
+        model: an nvdd model wrapper (its `NeighborConfig` gives the cutoff).
+        skin: Verlet skin in Å: ghosts and neighbour lists are rebuilt only when an atom
+            moved more than skin / 2, or the cell changed.
+        comm: an mpi4py communicator (default `MPI.COMM_WORLD`; one rank without mpi4py) or
+            any nvdd `Communicator`.
+        dtype: floating dtype of the evaluation (float64 by default).
+        device: torch device of the evaluation.
+    """
+
+    implemented_properties = ["energy", "free_energy", "forces", "stress", "energies", "stresses"]
+
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        skin: float = 0.5,
+        comm: Any = None,
+        dtype: torch.dtype = torch.float64,
+        device: str | torch.device = "cpu",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.model = model
+        self.skin = float(skin)
+        self.comm = _world_communicator(comm)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self._distributed: DistributedModel | None = None
+
+    @property
+    def distributed_model(self) -> DistributedModel:
+        """The `DistributedModel` of the current decomposition (made on first use)."""
+        if self._distributed is None:
+            config = DomainConfig(cutoff=self.model.cutoff, skin=self.skin, mesh=self.comm)
+            self._distributed = DistributedModel(self.model, config)
+        return self._distributed
+
+    def _check_same_atoms(self, atoms: Atoms) -> None:
+        parts = (atoms.numbers, atoms.positions, atoms.cell.array, atoms.pbc)
+        digest = 0
+        for part in parts:
+            digest = zlib.crc32(np.ascontiguousarray(part).tobytes(), digest)
+        digests = self.comm.all_gather(torch.tensor([digest, len(atoms)], dtype=torch.long))
+        if any(not torch.equal(d, digests[0]) for d in digests):
+            raise ValueError(
+                "ranks hold different Atoms: every rank must pass the same positions, numbers, "
+                "cell and pbc to the calculator (broadcast them, or seed random numbers alike)"
+            )
+
+    def calculate(
+        self,
+        atoms: Atoms | None = None,
+        properties: list[str] | tuple[str, ...] = ("energy",),
+        system_changes: list[str] = all_changes,
+    ) -> None:
+        """Compute `properties` for `atoms`; identical results on every rank."""
+        super().calculate(atoms, properties, system_changes)
+        atoms = self.atoms
+        self._check_same_atoms(atoms)
+        if _RESET_ON & set(system_changes):
+            self._distributed = None
+        wanted = {"energy", "forces"}
+        has_volume = atoms.cell.rank == 3
+        if has_volume and {"stress", "stresses"} & set(properties):
+            wanted.add("stress")
+        batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
+        result = self.distributed_model.evaluate_replicated(batch, wanted)
+        energy = float(result["energy"].sum())
+        self.results = {
+            "energy": energy,
+            "free_energy": energy,
+            "forces": result["forces"].cpu().numpy(),
+            "energies": result["energies"].cpu().numpy(),
+        }
+        if "stress" in result:
+            self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
+        if "stresses" in result:
+            self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())

@@ -1,0 +1,81 @@
+"""The communicator protocol every backend implements (torch.distributed, mpi4py, simulated)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["Communicator", "ReduceOp"]
+
+ReduceOp = str  # "sum" | "max" | "min"
+
+
+class Communicator(ABC):
+    """A group of ranks that exchange tensors.
+
+    All ranks of the group must call the collective methods (`all_reduce`, `all_gather`,
+    `all_to_all_counts`, `broadcast_object`, `barrier`) in the same order. `exchange` is
+    point-to-point: a rank only talks to the peers named in its arguments, and both sides
+    agree on the row counts beforehand (a `HaloPlan` guarantees this).
+    """
+
+    rank: int
+    size: int
+
+    @abstractmethod
+    def exchange(
+        self,
+        sends: Mapping[int, torch.Tensor],
+        recv_counts: Mapping[int, int],
+        template: torch.Tensor,
+    ) -> dict[int, torch.Tensor]:
+        """Send `sends[peer]` to each peer and receive `recv_counts[peer]` rows from each.
+
+        Received tensors have the dtype, device and trailing shape of `template`. Peers are
+        other ranks (never `self.rank`); zero-row messages may be skipped by both sides.
+        """
+
+    @abstractmethod
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
+        """Element-wise reduction over all ranks; returns a new tensor, identical everywhere."""
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's tensor (leading sizes may differ; trailing shapes must match)."""
+
+    @abstractmethod
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """A picklable object from `src`, returned on every rank."""
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Wait until every rank arrives."""
+
+    def all_to_all_counts(self, counts: Sequence[int]) -> list[int]:
+        """`counts[q]` is what this rank sends to q; returns what each rank sends to this one."""
+        if len(counts) != self.size:
+            raise ValueError(f"need one count per rank ({self.size}), got {len(counts)}")
+        table = self.all_gather(torch.as_tensor(list(counts), dtype=torch.long).unsqueeze(0))
+        return [int(row[0, self.rank]) for row in table]
+
+    def exchange_variable(
+        self, sends: Mapping[int, torch.Tensor], template: torch.Tensor
+    ) -> dict[int, torch.Tensor]:
+        """Like `exchange` when receivers do not know the counts: one collective of counts
+        first (all ranks must call this), then point-to-point messages."""
+        counts = [0] * self.size
+        for peer, tensor in sends.items():
+            counts[peer] = int(tensor.shape[0])
+        incoming = self.all_to_all_counts(counts)
+        recv_counts = {peer: c for peer, c in enumerate(incoming) if c > 0 and peer != self.rank}
+        local = {peer: t for peer, t in sends.items() if peer != self.rank and t.shape[0] > 0}
+        received = self.exchange(local, recv_counts, template)
+        if self.rank in sends:
+            received[self.rank] = sends[self.rank]
+        return received
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rank={self.rank}, size={self.size})"

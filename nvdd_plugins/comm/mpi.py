@@ -1,0 +1,77 @@
+"""Communicator over an mpi4py communicator (the ASE and LAMMPS paths)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from nvdd_plugins.comm.base import Communicator, ReduceOp
+
+__all__ = ["MPICommunicator"]
+
+_EXCHANGE_TAG = 7171
+
+
+class MPICommunicator(Communicator):
+    """Wraps an `mpi4py.MPI.Comm` (default `MPI.COMM_WORLD`). Tensors travel through host
+    memory as numpy arrays."""
+
+    def __init__(self, comm: Any = None) -> None:
+        from mpi4py import MPI  # imported here: mpi4py initialises MPI on import
+
+        self._mpi = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+
+    @staticmethod
+    def _host(tensor: torch.Tensor) -> np.ndarray:
+        return np.ascontiguousarray(tensor.detach().cpu().numpy())
+
+    def exchange(
+        self,
+        sends: Mapping[int, torch.Tensor],
+        recv_counts: Mapping[int, int],
+        template: torch.Tensor,
+    ) -> dict[int, torch.Tensor]:
+        """Non-blocking sends and receives with every named peer."""
+        np_dtype = torch.empty(0, dtype=template.dtype).numpy().dtype
+        buffers = {
+            peer: np.empty((count, *template.shape[1:]), dtype=np_dtype)
+            for peer, count in recv_counts.items()
+        }
+        requests = [
+            self.comm.Irecv(buf, source=peer, tag=_EXCHANGE_TAG)
+            for peer, buf in buffers.items()
+            if buf.shape[0] > 0
+        ]
+        outgoing = {p: self._host(t) for p, t in sends.items() if t.shape[0] > 0}
+        requests += [
+            self.comm.Isend(arr, dest=peer, tag=_EXCHANGE_TAG) for peer, arr in outgoing.items()
+        ]
+        self._mpi.Request.Waitall(requests)
+        return {p: torch.from_numpy(b).to(template.device) for p, b in buffers.items()}
+
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
+        """`Allreduce` through host memory."""
+        mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN}[op]
+        send = self._host(tensor)
+        recv = np.empty_like(send)
+        self.comm.Allreduce(send, recv, op=mpi_op)
+        return torch.from_numpy(recv).to(tensor.device)
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """`allgather` of host arrays (any leading sizes)."""
+        parts = self.comm.allgather(self._host(tensor))
+        return [torch.from_numpy(np.asarray(p)).to(tensor.device) for p in parts]
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """`bcast` of a picklable object."""
+        return self.comm.bcast(obj, root=src)
+
+    def barrier(self) -> None:
+        """`Barrier`."""
+        self.comm.Barrier()

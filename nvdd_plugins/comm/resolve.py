@@ -1,0 +1,49 @@
+"""Turn what a user passes as `mesh` into a `Communicator`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from nvdd_plugins.comm.base import Communicator
+from nvdd_plugins.comm.mpi import MPICommunicator
+from nvdd_plugins.comm.simulated import SimulatedMesh
+from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
+
+__all__ = ["resolve_communicator", "set_default_communicator"]
+
+_DEFAULT: Communicator | None = None
+
+
+def set_default_communicator(comm: Communicator | None) -> None:
+    """Register the communicator `mesh=None` resolves to (set by `DistributedManager`)."""
+    global _DEFAULT
+    _DEFAULT = comm
+
+
+def resolve_communicator(mesh: Any) -> Communicator:
+    """A `Communicator` for `mesh`.
+
+    Accepts a `Communicator`, an mpi4py communicator, a torch process group or DeviceMesh,
+    or None: the registered default, else the torch.distributed world when initialised,
+    else a single local rank.
+    """
+    if isinstance(mesh, Communicator):
+        return mesh
+    if mesh is None:
+        if _DEFAULT is not None:
+            return _DEFAULT
+        if dist.is_available() and dist.is_initialized():
+            return TorchDistCommunicator()
+        return SimulatedMesh(1).communicator(0)
+    if type(mesh).__module__.startswith("mpi4py"):
+        return MPICommunicator(mesh)
+    if hasattr(mesh, "get_group"):
+        return TorchDistCommunicator(mesh.get_group())
+    if isinstance(mesh, dist.ProcessGroup):
+        return TorchDistCommunicator(mesh)
+    raise TypeError(
+        f"cannot use {type(mesh).__name__} as a mesh: pass a Communicator, an mpi4py "
+        "communicator, a torch.distributed process group or DeviceMesh, or None"
+    )

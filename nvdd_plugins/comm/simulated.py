@@ -1,0 +1,157 @@
+"""An in-process mesh of N virtual ranks (one thread each), for unit tests and validation.
+
+Each virtual rank runs the same function in its own thread; messages pass through queues
+and collectives meet at a barrier. A failure on one rank aborts the barrier, so the others
+fail fast instead of hanging. CPU tensors only (autograd on CPU runs on the calling thread).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+from nvdd_plugins.comm.base import Communicator, ReduceOp
+
+__all__ = ["SimulatedCommunicator", "SimulatedMesh", "run_simulated"]
+
+T = TypeVar("T")
+_REDUCERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sum": lambda t: t.sum(0),
+    "max": lambda t: t.max(0).values,
+    "min": lambda t: t.min(0).values,
+}
+
+
+class SimulatedMesh:
+    """Shared state of `size` virtual ranks: per-pair FIFO mailboxes and a barrier."""
+
+    def __init__(self, size: int, timeout: float = 60.0) -> None:
+        if size < 1:
+            raise ValueError("a mesh needs at least one rank")
+        self.size = size
+        self.timeout = timeout
+        self._mail = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
+        self._barrier = threading.Barrier(size, timeout=timeout)
+        self._slots: list[Any] = [None] * size
+
+    def communicator(self, rank: int) -> SimulatedCommunicator:
+        """The communicator of virtual rank `rank`."""
+        return SimulatedCommunicator(self, rank)
+
+    def abort(self) -> None:
+        """Break the barrier so every waiting rank raises instead of hanging."""
+        self._barrier.abort()
+
+
+class SimulatedCommunicator(Communicator):
+    """One virtual rank of a `SimulatedMesh`."""
+
+    def __init__(self, mesh: SimulatedMesh, rank: int) -> None:
+        self.mesh = mesh
+        self.rank = rank
+        self.size = mesh.size
+
+    def _post(self, peer: int, payload: Any) -> None:
+        self.mesh._mail[(self.rank, peer)].put(payload)
+
+    def _take(self, peer: int) -> Any:
+        try:
+            return self.mesh._mail[(peer, self.rank)].get(timeout=self.mesh.timeout)
+        except queue.Empty:
+            self.mesh.abort()
+            raise TimeoutError(f"rank {self.rank}: no message from rank {peer}") from None
+
+    def exchange(
+        self,
+        sends: Mapping[int, torch.Tensor],
+        recv_counts: Mapping[int, int],
+        template: torch.Tensor,
+    ) -> dict[int, torch.Tensor]:
+        """Point-to-point exchange through the mesh's mailboxes."""
+        for peer, tensor in sends.items():
+            if tensor.shape[0] > 0:
+                self._post(peer, tensor.detach().clone())
+        received = {}
+        for peer, count in recv_counts.items():
+            if count == 0:
+                received[peer] = template.new_empty((0, *template.shape[1:]))
+                continue
+            tensor = self._take(peer)
+            if tensor.shape[0] != count:
+                raise RuntimeError(
+                    f"rank {self.rank}: expected {count} rows from rank {peer}, got "
+                    f"{tensor.shape[0]}"
+                )
+            received[peer] = tensor.to(device=template.device, dtype=template.dtype)
+        return received
+
+    def _gather_slots(self, value: Any) -> list[Any]:
+        self.mesh._slots[self.rank] = value
+        self._wait()
+        values = list(self.mesh._slots)
+        self._wait()
+        return values
+
+    def _wait(self) -> None:
+        try:
+            self.mesh._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RuntimeError(f"rank {self.rank}: another rank failed") from None
+
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
+        """Reduction over the virtual ranks."""
+        values = self._gather_slots(tensor.detach().clone())
+        return _REDUCERS[op](torch.stack([v.to(tensor.device) for v in values]))
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every virtual rank's tensor."""
+        return [v.to(tensor.device) for v in self._gather_slots(tensor.detach().clone())]
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        """`obj` from rank `src`."""
+        return self._gather_slots(obj)[src]
+
+    def barrier(self) -> None:
+        """Wait for every virtual rank."""
+        self._wait()
+
+
+def run_simulated(
+    world_size: int, fn: Callable[[SimulatedCommunicator], T], timeout: float = 120.0
+) -> list[T]:
+    """Run `fn(comm)` on `world_size` virtual ranks; return each rank's result.
+
+    The first exception raised on any rank is re-raised here, naming that rank.
+    """
+    mesh = SimulatedMesh(world_size, timeout=timeout)
+    results: list[Any] = [None] * world_size
+    errors: list[tuple[int, BaseException]] = []
+
+    def worker(rank: int) -> None:
+        try:
+            results[rank] = fn(mesh.communicator(rank))
+        except BaseException as err:  # noqa: BLE001  (re-raised in the caller)
+            errors.append((rank, err))
+            mesh.abort()
+
+    if world_size == 1:
+        worker(0)
+    else:
+        threads = [threading.Thread(target=worker, args=(r,), daemon=True) for r in range(world_size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout)
+        if any(thread.is_alive() for thread in threads):
+            mesh.abort()
+            raise TimeoutError(f"simulated ranks did not finish within {timeout} s")
+    if errors:
+        # The root cause is the first error that is not a consequence of another rank failing.
+        primary = next((e for e in errors if "another rank failed" not in str(e[1])), errors[0])
+        rank, err = primary
+        raise RuntimeError(f"simulated rank {rank} failed: {err!r}") from err
+    return results

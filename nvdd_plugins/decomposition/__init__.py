@@ -1,0 +1,9 @@
+"""Decomposition: sub-domains, ownership and ghost selection (no communication here)."""
+
+from __future__ import annotations
+
+from nvdd_plugins.decomposition.frame import DecompositionFrame
+from nvdd_plugins.decomposition.grid import choose_rank_grid
+from nvdd_plugins.decomposition.partitioner import GhostImages, SpatialPartitioner
+
+__all__ = ["DecompositionFrame", "GhostImages", "SpatialPartitioner", "choose_rank_grid"]

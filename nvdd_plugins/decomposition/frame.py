@@ -1,0 +1,100 @@
+"""`DecompositionFrame`: the parallelepiped that sub-domains tile, in fractional coordinates.
+
+Periodic axes use the cell vectors. A degenerate (zero) cell vector on an open axis is
+replaced by a vector spanning the atoms' extent, so clusters without a cell decompose too.
+Atoms beyond an open face belong to the outermost sub-domain on that side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["DecompositionFrame"]
+
+
+@dataclass(frozen=True)
+class DecompositionFrame:
+    """origin (3,), box (3,3) with rows as edge vectors, pbc (3,) bool; all on one device."""
+
+    origin: torch.Tensor
+    box: torch.Tensor
+    pbc: torch.Tensor
+
+    @classmethod
+    def from_system(
+        cls, positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
+    ) -> DecompositionFrame:
+        """Frame for a system: the cell, with degenerate open axes spanning the atoms."""
+        cell = cell.reshape(3, 3)
+        pbc = pbc.reshape(3).bool()
+        lengths = cell.norm(dim=1)
+        degenerate = lengths <= 1e-8
+        if bool((degenerate & pbc).any()):
+            raise ValueError("a periodic axis has a zero cell vector")
+        if not bool(degenerate.any()) and abs(float(torch.linalg.det(cell))) > 1e-8:
+            return cls(torch.zeros_like(cell[0]), cell.clone(), pbc)
+        box, origin = cell.clone(), torch.zeros_like(cell[0])
+        basis = _complete_basis(cell[~degenerate], int(degenerate.sum()))
+        for axis, direction in zip(torch.nonzero(degenerate).flatten().tolist(), basis, strict=True):
+            coord = positions @ direction if positions.numel() else positions.new_zeros(1)
+            lo, hi = float(coord.min()), float(coord.max())
+            span = max(hi - lo, 1.0)
+            box[axis] = direction * span * 1.02
+            origin = origin + direction * (lo - 0.01 * span)
+        if abs(float(torch.linalg.det(box))) <= 1e-8:
+            raise ValueError("cannot build a decomposition frame: the cell is singular")
+        return cls(origin, box, pbc)
+
+    def with_cell(self, cell: torch.Tensor) -> DecompositionFrame:
+        """The frame after a cell change: non-degenerate cell vectors replace the box's."""
+        cell = cell.reshape(3, 3).to(self.box)
+        keep = (cell.norm(dim=1) <= 1e-8).unsqueeze(1)
+        return DecompositionFrame(self.origin, torch.where(keep, self.box, cell), self.pbc)
+
+    @property
+    def inverse(self) -> torch.Tensor:
+        """Inverse of the box (fractional = (x - origin) @ inverse)."""
+        return torch.linalg.inv(self.box)
+
+    @property
+    def widths(self) -> torch.Tensor:
+        """Perpendicular widths of the box along its three axes, Å."""
+        volume = torch.linalg.det(self.box).abs()
+        cross = torch.stack(
+            [
+                torch.linalg.cross(self.box[1], self.box[2]),
+                torch.linalg.cross(self.box[2], self.box[0]),
+                torch.linalg.cross(self.box[0], self.box[1]),
+            ]
+        )
+        return volume / cross.norm(dim=1)
+
+    def fractional(self, positions: torch.Tensor) -> torch.Tensor:
+        """Fractional coordinates of Cartesian positions in this frame."""
+        return (positions - self.origin) @ self.inverse
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> DecompositionFrame:
+        """The same frame on another device/dtype."""
+        return DecompositionFrame(
+            self.origin.to(device, dtype), self.box.to(device, dtype), self.pbc.to(device)
+        )
+
+
+def _complete_basis(vectors: torch.Tensor, missing: int) -> list[torch.Tensor]:
+    """`missing` unit vectors orthogonal to `vectors` and to each other."""
+    found = [v / v.norm() for v in vectors]
+    candidates = torch.eye(3, dtype=vectors.dtype, device=vectors.device)
+    result = []
+    for candidate in candidates:
+        v = candidate.clone()
+        for u in found:
+            v = v - (v @ u) * u
+        if v.norm() > 1e-6:
+            v = v / v.norm()
+            found.append(v)
+            result.append(v)
+        if len(result) == missing:
+            break
+    return result

@@ -1,0 +1,162 @@
+"""`HaloDomain`: one rank's decomposition state — frame, ownership, ghosts, rebuilds."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from nvdd_plugins.comm import Communicator
+from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
+from nvdd_plugins.distributed_model.capacity import Capacity
+from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
+
+__all__ = ["HaloDomain"]
+
+logger = logging.getLogger(__name__)
+
+
+class HaloDomain:
+    """Decomposition state of one rank for the halo strategy.
+
+    Call `setup` once with the full system (on rank 0; None elsewhere is fine), then per
+    evaluation `needs_rebuild`; on a rebuild either `migrate` (each rank holds only its atoms)
+    or `select_owned` (every rank holds the full system), then `build`.
+    """
+
+    def __init__(self, comm: Communicator, config: DomainConfig) -> None:
+        self.comm = comm
+        self.config = config
+        self.partitioner: SpatialPartitioner | None = None
+        self.view: HaloView | None = None
+        self.padding_species = 1
+        self.rebuilds = 0  # views built so far
+        self.migrated = 0  # atoms this rank received by migration so far
+        self._nodes = Capacity(config.capacity_growth, exact=not config.compile)
+        self._edges = Capacity(config.capacity_growth, exact=not config.compile)
+        self._reference: torch.Tensor | None = None
+        self._reference_cell: torch.Tensor | None = None
+
+    # -- set-up ---------------------------------------------------------------------------
+    def setup(self, full: Batch | None) -> None:
+        """Fix the frame and rank grid from the full system held by rank 0 (collective)."""
+        payload = None
+        if self.comm.rank == 0:
+            if full is None or full.num_graphs != 1:
+                raise ValueError("domain decomposition needs one full system on rank 0")
+            frame = DecompositionFrame.from_system(full.positions.detach(), full.cell[0], full.pbc[0])
+            species = int(full.atomic_numbers.min()) if full.num_nodes else 1
+            payload = (frame.origin.cpu(), frame.box.cpu(), frame.pbc.cpu(), species)
+        origin, box, pbc, self.padding_species = self.comm.broadcast_object(payload, src=0)
+        frame = DecompositionFrame(origin, box, pbc)
+        self.partitioner = SpatialPartitioner(frame, self.comm.size, self.config.grid)
+        self.view = None
+        logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
+
+    def _partitioner(self) -> SpatialPartitioner:
+        if self.partitioner is None:
+            raise RuntimeError("HaloDomain.setup(full_system) must run first")
+        return self.partitioner
+
+    def _follow_cell(self, cell: torch.Tensor, device: torch.device) -> SpatialPartitioner:
+        partitioner = self._partitioner()
+        frame = partitioner.frame
+        if frame.box.device != device or frame.box.dtype != cell.dtype:
+            frame = frame.to(device, cell.dtype)
+        frame = frame.with_cell(cell)
+        if frame is not partitioner.frame:
+            partitioner = SpatialPartitioner(frame, self.comm.size, partitioner.grid)
+            self.partitioner = partitioner
+        return partitioner
+
+    # -- rebuilds -------------------------------------------------------------------------
+    def needs_rebuild(self, owned_positions: torch.Tensor, cell: torch.Tensor) -> bool:
+        """Collective: has any atom moved more than the threshold, or the cell changed?"""
+        local = 1.0 if self.view is None or self._reference is None else 0.0
+        if not local and (
+            owned_positions.shape != self._reference.shape
+            or not torch.equal(cell.detach(), self._reference_cell)
+        ):
+            local = 1.0
+        if not local and owned_positions.shape[0]:
+            moved = (owned_positions.detach() - self._reference).norm(dim=1).max()
+            local = float(moved > self.config.rebuild_threshold)
+        flag = torch.tensor([local], dtype=torch.float64)
+        return bool(self.comm.all_reduce(flag, "max")[0] > 0)
+
+    def destinations(self, positions: torch.Tensor) -> torch.Tensor:
+        """Owner rank of each of this rank's atoms; with hysteresis, atoms within that
+        distance of this sub-domain stay."""
+        partitioner = self._partitioner()
+        dest = partitioner.rank_of(positions)
+        h = self.config.migration_hysteresis
+        if h > 0 and positions.shape[0]:
+            home, _ = partitioner.home_fractional(positions)
+            grid = torch.tensor(partitioner.grid, device=positions.device)
+            index = torch.tensor(partitioner.domain_index(self.comm.rank), device=positions.device)
+            lo, hi = index / grid, (index + 1) / grid
+            reach = h / partitioner.frame.widths.to(positions.device)
+            offsets = torch.tensor([-1.0, 0.0, 1.0], device=positions.device, dtype=home.dtype)
+            shifted = home.unsqueeze(-1) + offsets * partitioner.frame.pbc.to(positions.device).unsqueeze(-1)
+            outside = torch.clamp(
+                torch.maximum(lo.unsqueeze(-1) - shifted, shifted - hi.unsqueeze(-1)), min=0
+            ).min(dim=-1).values
+            open_low = ~partitioner.frame.pbc.to(positions.device) & (index == 0)
+            open_high = ~partitioner.frame.pbc.to(positions.device) & (index == grid - 1)
+            below = home < lo
+            outside = torch.where((open_low & below) | (open_high & ~below), 0.0, outside)
+            stay = (outside <= reach).all(dim=1)
+            dest = torch.where(stay, torch.full_like(dest, self.comm.rank), dest)
+        return dest
+
+    def migrate(self, owned: Batch) -> None:
+        """Send atoms that left this sub-domain to their new owners; keep the batch sorted by
+        global id. Collective; replaces the per-atom fields of `owned` in place."""
+        dest = self.destinations(owned.positions.detach())
+        me = self.comm.rank
+        leaving = {int(q): torch.nonzero(dest == q).flatten() for q in torch.unique(dest) if q != me}
+        ids = owned.global_ids
+        arrived_ids = self.comm.exchange_variable(
+            {q: ids[idx] for q, idx in leaving.items()}, template=ids
+        )
+        counts = {q: int(t.shape[0]) for q, t in arrived_ids.items() if q != me}
+        self.migrated += sum(counts.values())
+        stay = dest == me
+        fields = {}
+        for name, value in owned.fields(level=FieldLevel.NODE):
+            moved = self.comm.exchange(
+                {q: value[idx] for q, idx in leaving.items()}, counts, template=value
+            )
+            fields[name] = torch.cat([value[stay], *(moved[q] for q in sorted(moved))])
+        order = torch.argsort(fields["global_ids"])
+        owned.set_nodes({name: value[order] for name, value in fields.items()})
+
+    def select_owned(self, positions: torch.Tensor) -> torch.Tensor:
+        """Indices of the atoms this rank owns when every rank holds the full system."""
+        return torch.nonzero(self._partitioner().rank_of(positions.detach()) == self.comm.rank).flatten()
+
+    def build(self, owned: Batch) -> HaloView:
+        """Select ghosts and build plan, view and neighbour list for the current owned atoms."""
+        positions = owned.positions.detach()
+        cell = owned.cell[0].detach()
+        partitioner = self._follow_cell(cell, positions.device)
+        view = build_halo_view(
+            self.comm,
+            partitioner,
+            positions,
+            owned.atomic_numbers,
+            owned.global_ids,
+            cell,
+            self.config.halo_width,
+            self.padding_species,
+            self._nodes.fit,
+            self._edges.fit,
+        )
+        self.view = view
+        self._reference = positions.clone()
+        self._reference_cell = cell.clone()
+        self.rebuilds += 1
+        return view
+

@@ -1,0 +1,270 @@
+"""`DistributedModel`: runs an unchanged model wrapper on one rank's sub-domain (halo)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from nvdd_plugins.comm import Communicator, all_reduce_sum, halo_reverse
+from nvdd_plugins.comm.resolve import resolve_communicator
+from nvdd_plugins.config import DomainConfig, StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.context import HaloContext
+from nvdd_plugins.distributed_model.domain import HaloDomain
+from nvdd_plugins.distributed_model.helpers import replaced_helpers
+from nvdd_plugins.distributed_model.interception import SENTINEL_RULE, HaloInterceptionMode
+from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.models.base import BaseModelMixin
+from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
+from nvdd_plugins.spec import MLIPSpec, OutputKind
+from nvdd_plugins.spec.policies import HaloStoragePolicy
+
+__all__ = ["DistributedModel"]
+
+_DEFAULT_PROPERTIES = ("energy", "forces")
+
+
+class DistributedModel(nn.Module):
+    """Wrap a model wrapper so its forward runs on this rank's owned + ghost atoms.
+
+    The model's `distribution_spec(strategy)` says how: during the forward every
+    node-indexed scatter is halo-refreshed, node -> system sums keep owned rows only, and
+    adapted ops get their transforms. Energy is the sum of the owned per-atom energies,
+    all-reduced; forces and stress are derivatives of this rank's owned partial (never of
+    the all-reduced total), with ghost contributions summed back to their owners.
+
+    Args:
+        model: a `BaseModelMixin` wrapper with per-atom "energies" output.
+        config: the `DomainConfig` (cutoff must cover the model's).
+        mesh: communicator; default `config.mesh`.
+    """
+
+    def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
+        super().__init__()
+        self.model = model
+        self.config = config
+        self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
+        self.spec = self._validated_spec(model, config)
+        self.domain = HaloDomain(self.comm, config)
+        self._check_indices = True
+        self._replicated_ids: torch.Tensor | None = None
+
+    @staticmethod
+    def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
+        if config.strategy is not StrategyKind.HALO:
+            raise ValueError(
+                f"strategy {config.strategy.value!r} is not available yet; use StrategyKind.HALO"
+            )
+        spec = model.distribution_spec(config.strategy)
+        if spec is None:
+            raise DistributionRuleError(
+                f"{type(model).__name__}.distribution_spec({config.strategy}) returned None: "
+                "return SPEC_MPNN_HALO (autograd/scatter models) or an MLIPSpec"
+            )
+        if not isinstance(spec.distribution.policy, HaloStoragePolicy):
+            raise DistributionRuleError("the halo strategy needs a HaloStoragePolicy spec")
+        if spec.output_kinds.get("energies") is not OutputKind.PER_NODE:
+            raise DistributionRuleError(
+                'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
+            )
+        if model.cutoff > config.cutoff:
+            raise ValueError(
+                f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "
+                f"cutoff ({model.cutoff} Å)"
+            )
+        return spec
+
+    # -- entry points -----------------------------------------------------------------------
+    def setup(self, full: Batch | None) -> None:
+        """Fix the decomposition from the full system on rank 0 (collective)."""
+        self.domain.setup(full)
+
+    def forward(
+        self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate with each rank holding only its own atoms (`owned`, with global_ids).
+
+        At a rebuild the atoms of `owned` migrate between ranks (its per-atom fields are
+        replaced in place); results are for the owned atoms in `owned`'s current order.
+        """
+        self.prepare(owned)
+        return self.evaluate_view(self.domain.view, owned, properties)
+
+    def prepare(self, owned: Batch) -> None:
+        """Rebuild ghosts and neighbour list when needed, migrating atoms first (collective)."""
+        if "global_ids" not in owned:
+            raise ValueError("owned batches need global_ids (DomainParallel.partition adds them)")
+        if self.domain.needs_rebuild(owned.positions, owned.cell[0]):
+            self.domain.migrate(owned)
+            self._rebuild(owned)
+
+    def compute_view(self, owned: Batch) -> Batch:
+        """This rank's padded compute view as a Batch (owned rows, ghosts, padding; edges
+        within the cutoff; "global_ids" -1 on padding), for compute-stage hooks."""
+        self.prepare(owned)
+        view = self.domain.view
+        with torch.no_grad():
+            rows = view.positions(owned.positions.detach(), owned.cell[0], self.comm)
+        batch = self._view_batch(view, rows, owned.cell, owned.pbc)
+        batch.add_node_property("global_ids", view.global_ids)
+        return batch
+
+    def evaluate_replicated(
+        self, full: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate when every rank holds the same full system (the ASE path).
+
+        Each rank computes its sub-domain; per-atom results are gathered, so every rank
+        returns identical full-system results.
+        """
+        if self.domain.partitioner is None:
+            self.setup(full)
+        ids = self._replicated_ids
+        tracked = full.positions if ids is None else full.positions[ids]
+        rebuild = self.domain.needs_rebuild(tracked, full.cell[0])
+        if rebuild:
+            ids = self.domain.select_owned(full.positions)
+            self._replicated_ids = ids
+        owned = full.select_nodes(ids)
+        owned.add_node_property("global_ids", ids)
+        if rebuild:
+            self._rebuild(owned)
+        local = self.evaluate_view(self.domain.view, owned, properties)
+        return self._gather_full(local, ids, full.num_nodes)
+
+    def _rebuild(self, owned: Batch) -> None:
+        self.domain.build(owned)
+        self._check_indices = True
+
+    def _gather_full(
+        self, local: dict[str, torch.Tensor], ids: torch.Tensor, n_atoms: int
+    ) -> dict[str, torch.Tensor]:
+        all_ids = torch.cat(self.comm.all_gather(ids))
+        result = {}
+        for name, value in local.items():
+            if self.spec.output_kinds.get(name) is OutputKind.PER_NODE:
+                gathered = torch.cat(self.comm.all_gather(value))
+                full = gathered.new_zeros((n_atoms, *gathered.shape[1:]))
+                full[all_ids] = gathered
+                result[name] = full
+            else:
+                result[name] = value
+        return result
+
+    # -- the distributed evaluation ---------------------------------------------------------
+    def evaluate_view(
+        self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
+
+        Returns detached tensors: "energy" (1,) and "stress" (1,3,3) identical on every
+        rank; per-atom outputs ("forces", "energies", ...) for the owned atoms.
+        """
+        properties = set(properties)
+        config = self.model.model_config
+        want_forces = "forces" in properties and "forces" in config.autograd_outputs
+        want_stress = "stress" in properties and "stress" in config.autograd_outputs
+        leaf = owned.positions.detach().requires_grad_(want_forces)
+        cell = owned.cell.detach()
+        strain = new_strain(1, leaf, want_stress) if want_stress else None
+        n_owned, n_rows = view.n_owned, view.n_rows
+        with torch.enable_grad():
+            rows = view.positions(leaf, cell[0], self.comm)
+            run_cell = cell
+            if strain is not None:
+                row_graph = torch.zeros(n_rows, dtype=torch.long, device=rows.device)
+                rows, run_cell = apply_strain(rows, cell, row_graph, strain)
+            batch = self._view_batch(view, rows, run_cell, owned.pbc)
+            out = self._run_model(view, batch)
+            energies = out.get("energies")
+            self._check_energies(energies, n_rows)
+            partial = energies[:n_owned].sum()
+            derived = energy_derivatives(partial, leaf, strain, cell, want_forces, want_stress)
+        self._check_indices = False
+        return self._consolidate(view, out, partial, derived)
+
+    def _view_batch(
+        self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
+    ) -> Batch:
+        edge_index = view.active_edges(rows, self.model.cutoff)
+        n_rows = view.n_rows
+        return Batch(
+            node={"positions": rows, "atomic_numbers": view.atomic_numbers},
+            edge={"edge_index": edge_index, "shifts": rows.new_zeros(edge_index.shape[1], 3)},
+            system={"cell": cell, "pbc": pbc},
+            ptr=torch.tensor([0, n_rows], device=rows.device),
+        )
+
+    def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
+        owned_mask = torch.zeros(view.n_rows, dtype=torch.bool, device=batch.device)
+        owned_mask[: view.n_owned] = True
+        ctx = HaloContext(view.plan, self.comm, view.n_rows, owned_mask)
+        distribution = self.spec.distribution
+        mode = HaloInterceptionMode(ctx, distribution.custom_ops, self._check_indices)
+        try:
+            with replaced_helpers(distribution.third_party_helpers), mode:
+                return self.model(batch)
+        except IndexError as err:
+            if str(view.n_rows) in str(err):
+                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
+            raise
+
+    @staticmethod
+    def _check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
+        if energies is None:
+            raise DistributionRuleError(
+                'the model must return per-atom "energies" over all local atoms '
+                "(owned + ghost); the framework sums the owned rows"
+            )
+        if energies.dim() != 1 or energies.shape[0] != n_rows:
+            raise DistributionRuleError(
+                f"per-atom energies have shape {tuple(energies.shape)} but the local view has "
+                f"{n_rows} atoms: emit energies over ALL local atoms (owned + ghost), do not "
+                "pre-slice to owned atoms"
+            )
+
+    def _consolidate(
+        self,
+        view: HaloView,
+        out: dict[str, torch.Tensor],
+        partial: torch.Tensor,
+        derived: dict[str, torch.Tensor],
+    ) -> dict[str, torch.Tensor]:
+        n_owned = view.n_owned
+        kinds = self.spec.output_kinds
+        if self.spec.gradient_outputs and "energy" in out:
+            model_energy = out["energy"].detach().sum()
+            if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
+                raise DistributionRuleError(
+                    "the model differentiates an energy that is not the scatter-sum of its "
+                    "per-atom energies over systems (batch index); its own gradients would "
+                    "count ghost atoms"
+                )
+        result: dict[str, torch.Tensor] = {}
+        for name, value in out.items():
+            if name in ("energy", "energies") or name in derived:
+                continue
+            kind = kinds.get(name)
+            if kind is None:
+                raise DistributionRuleError(
+                    f"output {name!r} has no OutputKind in the spec's output_kinds"
+                )
+            if kind is OutputKind.PER_NODE:
+                if name in self.spec.gradient_outputs:
+                    value = halo_reverse(value, view.plan, self.comm)
+                result[name] = value[:n_owned].detach()
+            elif kind is OutputKind.PER_GRAPH:
+                result[name] = self.comm.all_reduce(value.detach(), "sum")
+            else:
+                result[name] = value.detach()
+        result["energies"] = out["energies"][:n_owned].detach()
+        result["energy"] = all_reduce_sum(partial.detach().reshape(1), self.comm)
+        if "forces" in derived:
+            result["forces"] = derived["forces"].detach()
+        if "stress" in derived:
+            result["stress"] = self.comm.all_reduce(derived["stress"].detach(), "sum")
+        return result

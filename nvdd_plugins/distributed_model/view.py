@@ -1,0 +1,149 @@
+"""`HaloView`: one rank's compute layout (owned rows, ghost rows, padding) and its builder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_, halo_forward
+from nvdd_plugins.decomposition import SpatialPartitioner
+from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
+
+__all__ = ["HaloView", "build_halo_view"]
+
+
+@dataclass(frozen=True)
+class HaloView:
+    """A rank's local layout between two rebuilds.
+
+    Attributes:
+        plan: the halo plan (owned rows first, then ghosts).
+        n_rows: padded row count the model sees (never the edge-slot count, never 1).
+        image_units: (n_rows, 3) lattice translation, in cell vectors, from each row's
+            owner-stored position to its position in this view (owned rows are wrapped into
+            the cell; ghosts sit at their periodic image; padding 0).
+        atomic_numbers, global_ids: (n_rows,) per row (padding: a valid species, id -1).
+        edge_index: (2, n_edge_slots) pairs within cutoff + skin at build time that touch an
+            owned row; empty slots hold the sentinel `n_rows`.
+        padding_positions: (n_rows - n_local, 3) far-away positions of the padding rows.
+    """
+
+    plan: HaloPlan
+    n_rows: int
+    image_units: torch.Tensor
+    atomic_numbers: torch.Tensor
+    global_ids: torch.Tensor
+    edge_index: torch.Tensor
+    padding_positions: torch.Tensor
+
+    @property
+    def n_owned(self) -> int:
+        """Owned rows."""
+        return self.plan.n_owned
+
+    @property
+    def n_local(self) -> int:
+        """Owned + ghost rows."""
+        return self.plan.n_local
+
+    @property
+    def n_edges(self) -> int:
+        """Filled edge slots."""
+        return int((self.edge_index[0] < self.n_rows).sum())
+
+    def positions(
+        self, owned_positions: torch.Tensor, cell: torch.Tensor, comm: Communicator
+    ) -> torch.Tensor:
+        """Every row's position from the owned ones: ghosts through `halo_forward` (so
+        gradients reaching ghosts flow back to their owners), plus lattice translations."""
+        rows = torch.cat([owned_positions, owned_positions.new_zeros(self.plan.n_ghost, 3)])
+        rows = halo_forward(rows, self.plan, comm)
+        rows = rows + self.image_units[: self.n_local].to(cell.dtype) @ cell
+        return torch.cat([rows, self.padding_positions.to(rows.dtype)])
+
+    def active_edges(self, positions: torch.Tensor, cutoff: float) -> torch.Tensor:
+        """The edge slots whose pairs are now closer than `cutoff`; the rest hold the sentinel."""
+        edge_index = self.edge_index
+        filled = edge_index[0] < self.n_rows
+        safe = torch.where(filled, edge_index, torch.zeros_like(edge_index))
+        x = positions.detach()
+        distance = (x[safe[1]] - x[safe[0]]).norm(dim=-1)
+        keep = filled & (distance < cutoff)
+        return torch.where(keep, edge_index, torch.full_like(edge_index, self.n_rows))
+
+
+def _receive_ghosts(
+    comm: Communicator, partitioner: SpatialPartitioner, owned_positions: torch.Tensor, width: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Send each ghost image (owned row, lattice units) to its destination; return what this
+    rank receives: owner ranks, owner rows and lattice units, ordered by source rank."""
+    ghosts = partitioner.ghost_images(owned_positions, width, comm.rank)
+    message = torch.cat([ghosts.rows.unsqueeze(1), ghosts.units], dim=1).cpu()
+    destinations = ghosts.ranks.cpu()
+    sends = {int(q): message[destinations == q] for q in torch.unique(destinations)}
+    received = comm.exchange_variable(sends, template=torch.empty(0, 4, dtype=torch.long))
+    sources = sorted(p for p, m in received.items() if m.shape[0])
+    incoming = torch.cat([received[p] for p in sources] + [torch.empty(0, 4, dtype=torch.long)])
+    owners = [torch.full((received[p].shape[0],), p, dtype=torch.long) for p in sources]
+    owner_rank = torch.cat([*owners, torch.empty(0, dtype=torch.long)])
+    return owner_rank, incoming[:, 0], incoming[:, 1:]
+
+
+def build_halo_view(
+    comm: Communicator,
+    partitioner: SpatialPartitioner,
+    owned_positions: torch.Tensor,
+    owned_numbers: torch.Tensor,
+    owned_ids: torch.Tensor,
+    cell: torch.Tensor,
+    width: float,
+    padding_species: int,
+    node_capacity: Callable[[int], int],
+    edge_capacity: Callable[[int], int],
+) -> HaloView:
+    """Select ghosts, build the plan and the neighbour list of this rank (collective).
+
+    `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes.
+    """
+    device = owned_positions.device
+    n_owned = owned_positions.shape[0]
+    owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions, width)
+    plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row).to(device)
+    n_local = plan.n_local
+
+    _, wrap = partitioner.home_fractional(owned_positions)
+    units = torch.cat([-wrap, ghost_units.to(device)])
+    with torch.no_grad():
+        local = torch.cat([owned_positions, owned_positions.new_zeros(plan.n_ghost, 3)])
+        local = fill_ghosts_(local, plan, comm) + units.to(cell.dtype) @ cell
+    no_pbc = torch.zeros(3, dtype=torch.bool, device=device)
+    pairs = build_neighbor_list(local, None, no_pbc, width).edge_index
+    pairs = pairs[:, (pairs[0] < n_owned) | (pairs[1] < n_owned)]
+
+    slots = edge_capacity(pairs.shape[1])
+    n_rows = node_capacity(n_local)
+    while n_rows in (slots, 1):
+        n_rows += 1
+    n_pad = n_rows - n_local
+
+    def rows_of(owned: torch.Tensor, fill: int) -> torch.Tensor:
+        rows = owned.new_full((n_rows, *owned.shape[1:]), fill)
+        rows[:n_owned] = owned
+        return fill_ghosts_(rows, plan, comm)
+
+    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    edge_index[:, : pairs.shape[1]] = pairs
+    far = (local.abs().max() if n_local else local.new_zeros(())) + 10.0 * width
+    padding = local.new_zeros(n_pad, 3)
+    padding[:, 0] = far + 2.0 * width * torch.arange(1, n_pad + 1, device=device, dtype=local.dtype)
+    return HaloView(
+        plan=plan,
+        n_rows=n_rows,
+        image_units=torch.cat([units, units.new_zeros(n_pad, 3)]),
+        atomic_numbers=rows_of(owned_numbers.long(), padding_species),
+        global_ids=rows_of(owned_ids.long(), -1),
+        edge_index=edge_index,
+        padding_positions=padding,
+    )

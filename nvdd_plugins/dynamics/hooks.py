@@ -1,0 +1,102 @@
+"""Shipped hooks: a neighbour-list hook, a thermo logger and a trajectory writer."""
+
+from __future__ import annotations
+
+import sys
+from os import PathLike
+from typing import TextIO
+
+import ase.io
+import ase.units
+from ase.calculators.singlepoint import SinglePointCalculator
+
+from nvdd_plugins.dynamics.stages import DynamicsStage, HookContext, HookScope
+from nvdd_plugins.geometry.batch_neighbors import VerletNeighborList
+
+__all__ = ["NeighborListHook", "ThermoLogger", "TrajectoryWriter", "temperature"]
+
+
+def temperature(kinetic_energy: float, n_atoms: int) -> float:
+    """Instantaneous temperature (K) from the kinetic energy (eV) of `n_atoms` atoms."""
+    return 2.0 * kinetic_energy / (3.0 * max(n_atoms, 1) * ase.units.kB)
+
+
+class NeighborListHook:
+    """Keep the model-cutoff neighbour list on the batch (`edge_index`, `shifts`,
+    `unit_shifts`) from a Verlet list at cutoff + skin, for the model and for other hooks.
+
+    Register it on the integrator. Under `DomainParallel` the compute view already carries
+    the rank's list (built by `DistributedModel`), so the hook leaves it as it is.
+    """
+
+    stage = DynamicsStage.BEFORE_COMPUTE
+    frequency = 1
+
+    def __init__(self, cutoff: float, skin: float = 0.0) -> None:
+        self.neighbors = VerletNeighborList(cutoff, skin)
+
+    def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
+        """Refresh the list on `ctx.batch`."""
+        if not ctx.distributed:
+            self.neighbors.attach(ctx.batch)
+
+
+class ThermoLogger:
+    """Print step, time (fs), potential/kinetic/total energy (eV) and temperature (K).
+
+    Under `DomainParallel` register it on the outer wrapper; its default scope RANK_ZERO
+    gathers the system to rank 0, which prints.
+    """
+
+    stage = DynamicsStage.AFTER_STEP
+    scope = HookScope.RANK_ZERO
+
+    def __init__(self, frequency: int = 10, stream: TextIO | None = None) -> None:
+        self.frequency = int(frequency)
+        self.stream = stream
+        self._header_done = False
+
+    def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
+        """Print one line (and the header before the first)."""
+        stream = self.stream or sys.stdout
+        batch = ctx.batch
+        if not self._header_done:
+            print(f"{'step':>8} {'time[fs]':>10} {'Epot[eV]':>14} {'Ekin[eV]':>12} "
+                  f"{'Etot[eV]':>14} {'T[K]':>9}", file=stream)
+            self._header_done = True
+        kinetic = float(0.5 * (batch.atomic_masses * (batch.velocities**2).sum(-1)).sum())
+        potential = float(batch.energy.sum())
+        time_fs = ctx.step * ctx.dynamics.dt
+        print(
+            f"{ctx.step:8d} {time_fs:10.2f} {potential:14.6f} {kinetic:12.6f} "
+            f"{potential + kinetic:14.6f} {temperature(kinetic, batch.num_nodes):9.2f}",
+            file=stream,
+            flush=True,
+        )
+
+
+class TrajectoryWriter:
+    """Append frames (positions, velocities, energy, forces) to an ASE-readable file
+    (`.traj`, `.xyz`/`.extxyz`, ...). Default scope RANK_ZERO: rank 0 writes the full system."""
+
+    stage = DynamicsStage.AFTER_STEP
+    scope = HookScope.RANK_ZERO
+
+    def __init__(self, path: str | PathLike[str], frequency: int = 10) -> None:
+        self.path = path
+        self.frequency = int(frequency)
+        self._first = True
+
+    def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
+        """Write the batch's systems as one or more frames."""
+        batch = ctx.batch
+        frames = batch.to_atoms()
+        for g, atoms in enumerate(frames):
+            lo, hi = int(batch.ptr[g]), int(batch.ptr[g + 1])
+            atoms.calc = SinglePointCalculator(
+                atoms,
+                energy=float(batch.energy[g]),
+                forces=batch.forces[lo:hi].detach().cpu().numpy(),
+            )
+        ase.io.write(self.path, frames, append=not self._first)
+        self._first = False

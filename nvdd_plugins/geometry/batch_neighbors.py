@@ -1,0 +1,65 @@
+"""Neighbour lists on a `Batch`: one-shot (`attach_neighbor_list`) and Verlet (`VerletNeighborList`)."""
+
+from __future__ import annotations
+
+import torch
+
+from nvdd_plugins.data import Batch
+from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
+from nvdd_plugins.geometry.rebuild import RebuildDetector
+
+__all__ = ["VerletNeighborList", "attach_neighbor_list", "edge_shifts"]
+
+
+def edge_shifts(batch: Batch, edge_index: torch.Tensor, unit_shifts: torch.Tensor) -> torch.Tensor:
+    """Cartesian shift vectors (Å) of the edges: unit shifts times their system's cell."""
+    units = unit_shifts.to(batch.dtype)
+    if batch.num_graphs == 1:
+        return units @ batch.cell[0]
+    cells = batch.cell[batch.batch_idx[edge_index[0]]]
+    return torch.einsum("ej,ejk->ek", units, cells)
+
+
+def attach_neighbor_list(batch: Batch, cutoff: float) -> None:
+    """Build each system's full neighbour list at `cutoff` (Å) and store it on the batch."""
+    edges, unit_shifts = [], []
+    for g in range(batch.num_graphs):
+        lo, hi = int(batch.ptr[g]), int(batch.ptr[g + 1])
+        nl = build_neighbor_list(
+            batch.positions[lo:hi].detach(), batch.cell[g].detach(), batch.pbc[g], cutoff
+        )
+        edges.append(nl.edge_index + lo)
+        unit_shifts.append(nl.unit_shifts)
+    edge_index, units = torch.cat(edges, 1), torch.cat(unit_shifts)
+    batch.set_edges(edge_index, shifts=edge_shifts(batch, edge_index, units), unit_shifts=units)
+
+
+class VerletNeighborList:
+    """A neighbour list built at cutoff + skin and reused until an atom moved more than
+    skin / 2 or the cell or species changed; `attach` stores the pairs within `cutoff`."""
+
+    def __init__(self, cutoff: float, skin: float = 0.0) -> None:
+        self.cutoff = float(cutoff)
+        self.skin = float(skin)
+        self._detector = RebuildDetector(skin)
+        self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def attach(self, batch: Batch) -> None:
+        """Set `edge_index`, `shifts` and `unit_shifts` of `batch` to its current pairs."""
+        positions = batch.positions.detach()
+        if self._pairs is None or self._detector.needs_rebuild(
+            positions, batch.cell, numbers=batch.atomic_numbers
+        ):
+            listed = batch.to()
+            attach_neighbor_list(listed, self.cutoff + self.skin)
+            self._pairs = (listed.edge_index, listed.unit_shifts)
+            self._detector.update(positions, batch.cell, numbers=batch.atomic_numbers)
+        edge_index, unit_shifts = self._pairs
+        if self.skin == 0.0:
+            batch.set_edges(edge_index, shifts=edge_shifts(batch, edge_index, unit_shifts),
+                            unit_shifts=unit_shifts)
+            return
+        shifts = edge_shifts(batch, edge_index, unit_shifts)
+        vectors = positions[edge_index[1]] - positions[edge_index[0]] + shifts
+        keep = vectors.norm(dim=-1) < self.cutoff
+        batch.set_edges(edge_index[:, keep], shifts=shifts[keep], unit_shifts=unit_shifts[keep])

@@ -1,0 +1,26 @@
+"""Model wrappers: the base mixin, the reference models, and single-process evaluation."""
+
+from __future__ import annotations
+
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    ModelInputs,
+    NeighborConfig,
+    NeighborListFormat,
+)
+from nvdd_plugins.models.evaluate import ModelEvaluator, evaluate_model
+from nvdd_plugins.models.lennard_jones import LennardJonesModel
+from nvdd_plugins.models.mpnn import SimpleMPNN
+
+__all__ = [
+    "BaseModelMixin",
+    "LennardJonesModel",
+    "ModelConfig",
+    "ModelEvaluator",
+    "ModelInputs",
+    "NeighborConfig",
+    "NeighborListFormat",
+    "SimpleMPNN",
+    "evaluate_model",
+]

@@ -1,0 +1,123 @@
+"""Model wrapper base: `BaseModelMixin`, `ModelConfig`, `NeighborConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.spec import MLIPSpec
+
+__all__ = ["BaseModelMixin", "ModelConfig", "ModelInputs", "NeighborConfig", "NeighborListFormat"]
+
+
+class NeighborListFormat(str, Enum):
+    """Neighbour list layout a model consumes. COO: `edge_index` (2, n_edges) rows (i, j),
+    pair vector `x[j] - x[i] + shifts`, both directions present."""
+
+    COO = "coo"
+
+
+@dataclass(frozen=True)
+class NeighborConfig:
+    """The neighbour list a model needs: its cutoff (Å) and layout."""
+
+    cutoff: float
+    format: NeighborListFormat = NeighborListFormat.COO
+
+    def __post_init__(self) -> None:
+        if not self.cutoff > 0:
+            raise ValueError(f"cutoff must be > 0 Å, got {self.cutoff!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What a wrapped model produces and needs.
+
+    Args:
+        outputs: names the forward can return ("energy", "energies", "forces", "stress",
+            "stresses", ...).
+        autograd_outputs: outputs the framework derives by autograd from the energy
+            ("forces" = -dE/dpositions, "stress" = dE/dstrain / volume).
+        autograd_inputs: inputs those derivatives are taken with respect to ("positions").
+        neighbor_config: the neighbour list to build, or None for a model without one.
+    """
+
+    outputs: frozenset[str] = frozenset({"energy", "energies", "forces"})
+    autograd_outputs: frozenset[str] = frozenset()
+    autograd_inputs: frozenset[str] = frozenset()
+    neighbor_config: NeighborConfig | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("outputs", "autograd_outputs", "autograd_inputs"):
+            object.__setattr__(self, name, frozenset(getattr(self, name)))
+        unknown = self.autograd_outputs - {"forces", "stress"}
+        if unknown:
+            raise ValueError(f"autograd can only derive forces and stress, not {sorted(unknown)}")
+        if self.autograd_outputs and "positions" not in self.autograd_inputs:
+            raise ValueError('autograd outputs need autograd_inputs={"positions"}')
+
+
+@dataclass
+class ModelInputs:
+    """What `BaseModelMixin.adapt_input` hands to a forward: sentinel-free tensors."""
+
+    positions: torch.Tensor
+    atomic_numbers: torch.Tensor
+    edge_index: torch.Tensor
+    shifts: torch.Tensor
+    cell: torch.Tensor
+    pbc: torch.Tensor
+    batch_idx: torch.Tensor
+    num_graphs: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseModelMixin:
+    """Mixin for model wrappers (use with `torch.nn.Module`).
+
+    A wrapper sets `model_config`, implements `forward(batch) -> dict[str, Tensor]` with
+    per-atom "energies" over all atoms of the batch, and may override `adapt_input` and
+    `distribution_spec`. The forward never talks to other ranks.
+    """
+
+    model_config: ModelConfig
+
+    @property
+    def cutoff(self) -> float:
+        """Interaction cutoff in Å (from the neighbour config)."""
+        if self.model_config.neighbor_config is None:
+            raise ValueError(f"{type(self).__name__} declares no neighbor_config")
+        return self.model_config.neighbor_config.cutoff
+
+    def adapt_input(self, batch: Batch) -> ModelInputs:
+        """Batch -> model inputs; drops padding edges whose indices are >= n_atoms."""
+        n = batch.num_nodes
+        edge_index = batch.get("edge_index")
+        if edge_index is None:
+            raise ValueError(
+                f"{type(self).__name__} needs a neighbour list: evaluate it through "
+                "nvdd_plugins.models.evaluate_model, a dynamics, or DistributedModel"
+            )
+        shifts = batch.get("shifts")
+        if shifts is None:
+            shifts = batch.positions.new_zeros(edge_index.shape[1], 3)
+        valid = (edge_index[0] < n) & (edge_index[1] < n)
+        return ModelInputs(
+            positions=batch.positions,
+            atomic_numbers=batch.atomic_numbers,
+            edge_index=edge_index[:, valid],
+            shifts=shifts[valid],
+            cell=batch.cell,
+            pbc=batch.pbc,
+            batch_idx=batch.batch_idx,
+            num_graphs=batch.num_graphs,
+        )
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """The model's distribution contract for `strategy`; None: not distributable."""
+        return None

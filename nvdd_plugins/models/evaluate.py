@@ -1,0 +1,132 @@
+"""Single-process evaluation of a wrapped model: neighbour list, forward, autograd forces/stress.
+
+This is the reference every distributed path is compared with. The strain helpers are
+shared with `DistributedModel`, which applies them to its local view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from nvdd_plugins.data import Batch
+from nvdd_plugins.geometry.batch_neighbors import VerletNeighborList, attach_neighbor_list
+from nvdd_plugins.models.base import BaseModelMixin
+
+__all__ = [
+    "ModelEvaluator",
+    "apply_strain",
+    "energy_derivatives",
+    "evaluate_model",
+    "new_strain",
+]
+
+
+def new_strain(num_graphs: int, like: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A zero (num_graphs, 3, 3) strain leaf."""
+    return torch.zeros(
+        num_graphs, 3, 3, dtype=like.dtype, device=like.device, requires_grad=requires_grad
+    )
+
+
+def apply_strain(
+    positions: torch.Tensor, cell: torch.Tensor, batch_idx: torch.Tensor, strain: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deform positions and cells by the symmetric part of `strain` (x -> x (1 + eps))."""
+    sym = 0.5 * (strain + strain.transpose(1, 2))
+    if sym.shape[0] == 1:
+        strained_positions = positions + positions @ sym[0]
+    else:
+        strained_positions = positions + torch.einsum("ni,nij->nj", positions, sym[batch_idx])
+    return strained_positions, cell + torch.bmm(cell, sym)
+
+
+def energy_derivatives(
+    energy: torch.Tensor,
+    positions: torch.Tensor,
+    strain: torch.Tensor | None,
+    cell: torch.Tensor,
+    want_forces: bool,
+    want_stress: bool,
+) -> dict[str, torch.Tensor]:
+    """Forces (-dE/dx, eV/Å) and stress (dE/deps / volume, eV/Å³) from a scalar energy."""
+    inputs = []
+    if want_forces:
+        inputs.append(positions)
+    if want_stress:
+        if strain is None:
+            raise ValueError("stress needs a strain leaf")
+        inputs.append(strain)
+    if not inputs:
+        return {}
+    grads = torch.autograd.grad(energy, inputs, allow_unused=True)
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs, strict=True)]
+    out = {}
+    if want_forces:
+        out["forces"] = -grads[0]
+    if want_stress:
+        volume = torch.linalg.det(cell.detach()).abs().view(-1, 1, 1)
+        if bool((volume == 0).any()):
+            raise ValueError("stress needs a cell with non-zero volume (an open cluster has none)")
+        out["stress"] = grads[-1] / volume
+    return out
+
+
+def evaluate_model(
+    model: BaseModelMixin,
+    batch: Batch,
+    properties: Iterable[str] = ("energy", "forces"),
+) -> dict[str, torch.Tensor]:
+    """Evaluate `model` on `batch` in one process.
+
+    Builds the neighbour list at the model's cutoff when the batch has none, derives
+    "forces"/"stress" by autograd when the model declares them as autograd outputs, and
+    returns detached tensors: the model's outputs plus the derived ones.
+    """
+    properties = set(properties)
+    config = model.model_config
+    if "edge_index" not in batch:
+        attach_neighbor_list(batch, model.cutoff)
+    want_forces = "forces" in properties and "forces" in config.autograd_outputs
+    want_stress = "stress" in properties and "stress" in config.autograd_outputs
+    positions = batch.positions.detach().requires_grad_(want_forces)
+    strain = new_strain(batch.num_graphs, positions, want_stress) if want_stress else None
+    run = batch.to()
+    if strain is not None:
+        run.positions, run.cell = apply_strain(positions, batch.cell, batch.batch_idx, strain)
+    else:
+        run.positions = positions
+    with torch.enable_grad():
+        out = model(run)
+        derived = energy_derivatives(
+            out["energy"].sum(), positions, strain, batch.cell, want_forces, want_stress
+        )
+    out.update(derived)
+    return {k: v.detach() for k, v in out.items()}
+
+
+class ModelEvaluator:
+    """Single-process evaluation with a Verlet neighbour list at the model's cutoff.
+
+    A batch that already carries a neighbour list (e.g. from `NeighborListHook`) is used as
+    it is.
+
+    Args:
+        model: the model wrapper.
+        skin: Verlet skin, Å.
+    """
+
+    def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
+        self.model = model
+        self.neighbors = VerletNeighborList(model.cutoff, skin)
+
+    def __call__(
+        self, batch: Batch, properties: Iterable[str] = ("energy", "forces")
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate `batch`; returns detached outputs as `evaluate_model` does."""
+        if "edge_index" in batch:
+            return evaluate_model(self.model, batch, properties)
+        run = batch.to()
+        self.neighbors.attach(run)
+        return evaluate_model(self.model, run, properties)

@@ -1,0 +1,70 @@
+"""`LennardJonesModel`: single-species Lennard-Jones on the opaque `nvdd::lennard_jones` op."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import nvdd_plugins.kernels  # noqa: F401  (registers torch.ops.nvdd.lennard_jones)
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.spec import SPEC_LJ_HALO, MLIPSpec
+
+__all__ = ["LennardJonesModel"]
+
+
+class LennardJonesModel(nn.Module, BaseModelMixin):
+    """Lennard-Jones, 4 epsilon ((sigma/r)^12 - (sigma/r)^6), for r < cutoff.
+
+    Args:
+        epsilon: well depth, eV.
+        sigma: zero-crossing distance, Å.
+        cutoff: interaction cutoff, Å.
+        shift: subtract the pair energy at the cutoff, as ASE's `LennardJones(rc=cutoff)`
+            and LAMMPS `lj/cut` with `pair_modify shift yes` do.
+
+    Forces and stress come straight from the kernel (no autograd), so under domain
+    decomposition it declares `SPEC_LJ_HALO`.
+    """
+
+    def __init__(self, epsilon: float, sigma: float, cutoff: float, shift: bool = False) -> None:
+        super().__init__()
+        if epsilon <= 0 or sigma <= 0:
+            raise ValueError("epsilon (eV) and sigma (Å) must be positive")
+        self.epsilon, self.sigma, self.shift = float(epsilon), float(sigma), bool(shift)
+        self.model_config = ModelConfig(
+            outputs=frozenset({"energy", "energies", "forces", "stress", "stresses"}),
+            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
+        )
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Energies (eV), forces (eV/Å) and, for systems with a cell, stress (eV/Å³)."""
+        inputs = self.adapt_input(batch)
+        energies, forces, virials = torch.ops.nvdd.lennard_jones(
+            inputs.positions,
+            inputs.edge_index,
+            inputs.shifts,
+            self.epsilon,
+            self.sigma,
+            self.cutoff,
+            self.shift,
+        )
+        per_graph = inputs.positions.new_zeros(inputs.num_graphs)
+        out = {
+            "energies": energies,
+            "energy": per_graph.index_add_(0, inputs.batch_idx, energies),
+            "forces": forces,
+        }
+        volume = torch.linalg.det(inputs.cell).abs()
+        if bool((volume > 0).all()):
+            virial = virials.new_zeros(inputs.num_graphs, 3, 3).index_add_(
+                0, inputs.batch_idx, virials
+            )
+            out["stress"] = virial / volume.view(-1, 1, 1)
+            out["stresses"] = virials / volume[inputs.batch_idx].view(-1, 1, 1)
+        return out
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`SPEC_LJ_HALO` for the halo strategy."""
+        return SPEC_LJ_HALO if strategy in (None, StrategyKind.HALO) else None

@@ -1,0 +1,188 @@
+"""`DomainParallel`: drive any `BaseDynamics` across the mesh, one sub-domain per rank."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+import torch
+
+from nvdd_plugins.comm import Communicator
+from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.dynamics import BaseDynamics, DynamicsStage, Hook, HookContext, HookScope
+
+__all__ = ["DomainParallel"]
+
+logger = logging.getLogger(__name__)
+
+
+class DomainParallel:
+    """Run `dynamics` domain-decomposed: each rank integrates its own atoms.
+
+    The inner integrator is unchanged; its model is evaluated through a `DistributedModel`
+    and its compute-stage hooks see the rank's padded compute view. Hooks given here run at
+    BEFORE_STEP / AFTER_STEP / ON_CONVERGE with their `scope`: LOCAL (own atoms), RANK_ZERO
+    (full system gathered on rank 0) or GLOBAL (full system on every rank).
+
+    Args:
+        dynamics: the integrator or optimizer.
+        config: the `DomainConfig` (its mesh, or the manager's, is the communicator).
+        n_steps: steps `run()` takes by default.
+        hooks: outer hooks.
+    """
+
+    def __init__(
+        self,
+        dynamics: BaseDynamics,
+        config: DomainConfig,
+        n_steps: int = 0,
+        hooks: Sequence[Hook] = (),
+    ) -> None:
+        self.dynamics = dynamics
+        self.config = config
+        self.n_steps = int(n_steps)
+        self.hooks = list(hooks)
+        self.model = DistributedModel(dynamics.model, config)
+        self.comm: Communicator = self.model.comm
+        dynamics.evaluator = self.model
+        dynamics.compute_view = self.model.compute_view
+        dynamics.distributed = True
+        self.batch: Batch | None = None
+
+    # -- context manager --------------------------------------------------------------------
+    def __enter__(self) -> DomainParallel:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if value is not None:
+            logger.error("rank %d failed: %r", self.comm.rank, value)
+        self.batch = None
+
+    # -- partition ------------------------------------------------------------------------
+    def partition(self, full: Batch | None) -> Batch:
+        """Distribute the full system held by rank 0 (None elsewhere); return this rank's
+        owned atoms as a single-system `Batch` (with "global_ids")."""
+        problem = self._check_full(full) if self.comm.rank == 0 else None
+        problem = self.comm.broadcast_object(problem, src=0)
+        if problem:
+            raise ValueError(f"partition(): {problem}")
+        if self.comm.rank == 0:
+            full = full.to()
+            if "global_ids" not in full:
+                full.add_node_property("global_ids", torch.arange(full.num_nodes, device=full.device))
+        self.model.setup(full)
+        schema = None
+        if self.comm.rank == 0:
+            nodes = {k: (v.dtype, tuple(v.shape[1:])) for k, v in full.fields(FieldLevel.NODE)}
+            system = {k: v for k, v in full.fields(FieldLevel.SYSTEM)}
+            schema = (nodes, {k: v.cpu() for k, v in system.items()}, str(full.device))
+        nodes, system, device = self.comm.broadcast_object(schema, src=0)
+        fields = {}
+        if self.comm.rank == 0:
+            owner = self.model.domain.partitioner.rank_of(full.positions)
+            parts = {name: value for name, value in full.fields(FieldLevel.NODE)}
+        for name, (dtype, trailing) in nodes.items():
+            template = torch.empty((0, *trailing), dtype=dtype)
+            sends = {}
+            if self.comm.rank == 0:
+                sends = {q: parts[name][owner == q].cpu() for q in range(self.comm.size)}
+            received = self.comm.exchange_variable(sends, template=template)
+            fields[name] = received.get(0, template).to(device)
+        n = fields["positions"].shape[0]
+        self.batch = Batch(
+            fields, {}, {k: v.to(device) for k, v in system.items()},
+            ptr=torch.tensor([0, n], device=device),
+        )
+        logger.info("rank %d owns %d atoms", self.comm.rank, n)
+        return self.batch
+
+    def _check_full(self, full: Batch | None) -> str | None:
+        """Why rank 0's full system cannot be partitioned, or None."""
+        if full is None or full.num_graphs != 1:
+            return "rank 0 must pass the full system as a single-system Batch"
+        try:
+            self.dynamics.check_fields(full)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    # -- stepping -------------------------------------------------------------------------
+    def gather(self, batch: Batch) -> Batch:
+        """The full system, ordered by global id, assembled from every rank (collective)."""
+        fields = {}
+        ids = torch.cat(self.comm.all_gather(batch.global_ids))
+        order = torch.argsort(ids)
+        for name, value in batch.fields(FieldLevel.NODE):
+            fields[name] = torch.cat(self.comm.all_gather(value))[order]
+        system = dict(batch.fields(FieldLevel.SYSTEM))
+        n = int(ids.shape[0])
+        return Batch(fields, {}, system, torch.tensor([0, n], device=batch.device))
+
+    def _fire(self, stage: DynamicsStage, batch: Batch) -> None:
+        step = self.dynamics.step_count
+        due = [
+            h for h in self.hooks
+            if h.stage == stage and step % max(int(getattr(h, "frequency", 1)), 1) == 0
+        ]
+        if not due:
+            return
+        scopes = {HookScope(getattr(h, "scope", HookScope.LOCAL)) for h in due}
+        full = self.gather(batch) if scopes - {HookScope.LOCAL} else None
+        for hook in due:
+            scope = HookScope(getattr(hook, "scope", HookScope.LOCAL))
+            if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
+                continue
+            view = batch if scope is HookScope.LOCAL else full
+            hook(HookContext(view, step, self.dynamics, self.dynamics.results, True), stage)
+
+    def step(self, batch: Batch | None = None) -> None:
+        """One step of the inner dynamics on this rank's atoms, with the outer hooks."""
+        batch = self._owned(batch)
+        self.dynamics.prepare(batch)
+        self._fire(DynamicsStage.BEFORE_STEP, batch)
+        self.dynamics.step(batch)
+        self._fire(DynamicsStage.AFTER_STEP, batch)
+
+    def run(self, batch: Batch | None = None, n_steps: int | None = None) -> Batch:
+        """`n_steps` steps (default: the constructor's); stops early on mesh-wide
+        convergence. Returns this rank's owned batch."""
+        batch = self._owned(batch)
+        steps = self.n_steps if n_steps is None else int(n_steps)
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step(batch)
+            if self._converged(batch):
+                self._fire(DynamicsStage.ON_CONVERGE, batch)
+                break
+        elapsed = time.perf_counter() - start
+        logger.info(
+            "rank %d: %d steps in %.2f s, %d rebuilds",
+            self.comm.rank, steps, elapsed, self.model.domain.rebuilds,
+        )
+        return batch
+
+    def _converged(self, batch: Batch) -> bool:
+        if type(self.dynamics).is_converged is BaseDynamics.is_converged:
+            return False
+        local = torch.tensor([0.0 if self.dynamics.is_converged(batch) else 1.0])
+        return bool(self.comm.all_reduce(local, "max")[0] == 0.0)
+
+    def _owned(self, batch: Batch | None) -> Batch:
+        batch = batch if batch is not None else self.batch
+        if batch is None:
+            raise RuntimeError("call partition(full_system) first, or pass the owned batch")
+        self.batch = batch
+        return batch
+
+    def __repr__(self) -> str:
+        return f"DomainParallel({type(self.dynamics).__name__}, rank={self.comm.rank}/{self.comm.size})"
+

@@ -1,0 +1,195 @@
+"""`DistributedManager`: process group and mesh lifecycle for torchrun, SLURM and mpirun."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from types import TracebackType
+
+import torch
+import torch.distributed as dist
+
+from nvdd_plugins.comm import Communicator, SimulatedMesh
+from nvdd_plugins.comm.resolve import set_default_communicator
+from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
+
+__all__ = ["DistributedManager", "LaunchInfo", "detect_launch"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Rank, world size and local rank as the launcher set them, and which launcher."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    launcher: str
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        if name in os.environ:
+            return int(os.environ[name])
+    return None
+
+
+def detect_launch() -> LaunchInfo:
+    """Read the launch environment: torchrun, mpirun (Open MPI / MPICH), SLURM, or none."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return LaunchInfo(
+            int(os.environ["RANK"]),
+            int(os.environ["WORLD_SIZE"]),
+            _env_int("LOCAL_RANK") or 0,
+            "torchrun",
+        )
+    mpi_rank = _env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    mpi_size = _env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    if mpi_rank is not None and mpi_size is not None:
+        local = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0
+        return LaunchInfo(mpi_rank, mpi_size, local, "mpirun")
+    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
+        return LaunchInfo(
+            int(os.environ["SLURM_PROCID"]),
+            int(os.environ["SLURM_NTASKS"]),
+            _env_int("SLURM_LOCALID") or 0,
+            "slurm",
+        )
+    return LaunchInfo(0, 1, 0, "none")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _abort_mpi_on_exception() -> None:
+    """Under mpirun, an uncaught exception on one rank must end all ranks, not hang them."""
+    from mpi4py import MPI  # only under mpirun: importing mpi4py initialises MPI
+
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        previous(kind, value, tb)
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+
+    sys.excepthook = hook
+
+
+class DistributedManager:
+    """Initialise and tear down the process group; exposes `rank`, `world_size`, `device`
+    and `mesh` (the world `Communicator`).
+
+    Call `DistributedManager.initialize()` once at launcher scope and
+    `DistributedManager.cleanup()` at the end. Works with torchrun (env://), SLURM
+    (set MASTER_ADDR/MASTER_PORT or run on one node) and mpirun (the port is broadcast with
+    mpi4py). On a single process without a launcher it does nothing and `mesh` is one rank.
+    """
+
+    _current: DistributedManager | None = None
+
+    def __init__(self, info: LaunchInfo, device: torch.device, mesh: Communicator) -> None:
+        self.info = info
+        self.device = device
+        self.mesh = mesh
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self.info.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self.info.world_size
+
+    @property
+    def local_rank(self) -> int:
+        """Rank on this node (selects the GPU)."""
+        return self.info.local_rank
+
+    @classmethod
+    def initialize(
+        cls,
+        backend: str | None = None,
+        timeout_s: float = 600.0,
+        device: str | None = None,
+    ) -> DistributedManager:
+        """Start the process group (gloo on CPU, NCCL with one GPU per local rank).
+
+        Args:
+            backend: "gloo" or "nccl"; default NCCL when CUDA is available, else gloo.
+            timeout_s: collective timeout in seconds.
+            device: "cpu" or "cuda" to override the device choice.
+        """
+        if cls._current is not None:
+            return cls._current
+        info = detect_launch()
+        use_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
+        torch_device = torch.device("cuda", info.local_rank) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(torch_device)
+        if info.world_size == 1 and info.launcher == "none":
+            cls._current = cls(info, torch_device, SimulatedMesh(1).communicator(0))
+            set_default_communicator(cls._current.mesh)
+            return cls._current
+        if info.launcher == "mpirun":
+            _abort_mpi_on_exception()
+        backend = backend or ("nccl" if use_cuda else "gloo")
+        init_method = cls._init_method(info)
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        staging = "cpu" if backend == "gloo" else None
+        mesh = TorchDistCommunicator(staging_device=staging)
+        cls._current = cls(info, torch_device, mesh)
+        set_default_communicator(mesh)
+        logger.info(
+            "rank %d/%d (%s, %s) on %s", info.rank, info.world_size, info.launcher, backend, torch_device
+        )
+        return cls._current
+
+    @staticmethod
+    def _init_method(info: LaunchInfo) -> str:
+        if info.launcher == "mpirun" and "MASTER_ADDR" not in os.environ:
+            from mpi4py import MPI  # only under mpirun
+
+            hosts = MPI.COMM_WORLD.allgather(socket.gethostname())
+            address = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+            port = MPI.COMM_WORLD.bcast(_free_port() if info.rank == 0 else None, root=0)
+            return f"tcp://{address}:{port}"
+        if "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ.setdefault("MASTER_PORT", "29500")
+        return "env://"
+
+    @classmethod
+    def current(cls) -> DistributedManager:
+        """The initialised manager (raises if `initialize` was not called)."""
+        if cls._current is None:
+            raise RuntimeError("call DistributedManager.initialize() first")
+        return cls._current
+
+    @classmethod
+    def is_initialized(cls) -> bool:
+        """Whether `initialize` ran and `cleanup` did not."""
+        return cls._current is not None
+
+    @classmethod
+    def cleanup(cls) -> None:
+        """Destroy the process group (if any) and forget the mesh."""
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        set_default_communicator(None)
+        cls._current = None

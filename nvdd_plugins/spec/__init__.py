@@ -1,0 +1,20 @@
+"""Declarative distribution specs: what a model declares, never how it is carried out."""
+
+from __future__ import annotations
+
+from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, PythonAdapter
+from nvdd_plugins.spec.kinds import OutputKind
+from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
+from nvdd_plugins.spec.presets import SPEC_LJ_HALO, SPEC_MPNN_HALO
+
+__all__ = [
+    "SPEC_LJ_HALO",
+    "SPEC_MPNN_HALO",
+    "DistributionSpec",
+    "JitAdapter",
+    "MLIPSpec",
+    "MethodAdapter",
+    "OpAdapter",
+    "OutputKind",
+    "PythonAdapter",
+]

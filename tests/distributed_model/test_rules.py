@@ -1,0 +1,114 @@
+"""The oracle catches wrong physics, and broken bring-your-own rules raise named errors."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import nvdd_plugins.distributed_model.interception as interception
+import nvdd_plugins.distributed_model.model as distributed_model_module
+from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins.comm import all_reduce_sum, run_simulated
+from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.models import ModelInputs, SimpleMPNN
+from nvdd_plugins.models.mpnn import _Interaction
+from tests.helpers.oracle import errors, reference, replicated
+from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
+
+
+def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
+    model, atoms = mpnn_model(), SYSTEMS["bulk"]()
+    ref = reference(model, atoms, ("energy", "forces"))
+    derivatives = distributed_model_module.energy_derivatives
+    rank_local = threading.local()  # each virtual rank runs in its own thread
+
+    def naive(energy, positions, strain, cell, want_forces, want_stress):
+        total = all_reduce_sum(energy, rank_local.comm)
+        return derivatives(total, positions, strain, cell, want_forces, want_stress)
+
+    def run(comm):
+        rank_local.comm = comm
+        return replicated(comm, model, atoms, ("energy", "forces"))
+
+    monkeypatch.setattr(distributed_model_module, "energy_derivatives", naive)
+    for world_size in (2, 4):
+        result = run_simulated(world_size, run)[0]
+        ratio = result["forces"] / ref["forces"]
+        assert torch.allclose(ratio, torch.full_like(ratio, world_size), atol=1e-6)
+
+
+def test_without_halo_refresh_the_mpnn_is_wrong(monkeypatch):
+    model, atoms = mpnn_model(), SYSTEMS["bulk"]()
+    ref = reference(model, atoms, ("energy", "forces"))
+    monkeypatch.setattr(interception, "halo_forward_", lambda x, plan, comm: x)
+    result = run_simulated(2, lambda comm: replicated(comm, model, atoms, ("energy", "forces")))[0]
+    errs = errors(result, ref, len(atoms))
+    assert errs["forces"] > 1e-4 and errs["energy"] > 1e-6
+
+
+class _PreSliced(SimpleMPNN):
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = super().forward(batch)
+        out["energies"] = out["energies"][: batch.num_nodes // 2]
+        return out
+
+
+class _NoSentinelFilter(SimpleMPNN):
+    def adapt_input(self, batch: Batch) -> ModelInputs:
+        return ModelInputs(
+            positions=batch.positions,
+            atomic_numbers=batch.atomic_numbers,
+            edge_index=batch.edge_index,
+            shifts=batch.shifts,
+            cell=batch.cell,
+            pbc=batch.pbc,
+            batch_idx=batch.batch_idx,
+            num_graphs=batch.num_graphs,
+        )
+
+
+class _NotRebound(_Interaction):
+    def forward(self, h, radial, receivers, senders):
+        messages = torch.nn.functional.silu(self.message(h[senders])) * self.filter(radial)
+        aggregated = h.new_zeros(h.shape)
+        aggregated.index_add_(0, receivers, messages)  # result not rebound
+        return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
+
+
+def _run(model, world_size: int = 2):
+    atoms = SYSTEMS["bulk"]()
+    return run_simulated(world_size, lambda comm: replicated(comm, model, atoms, ("energy", "forces")))
+
+
+def test_pre_sliced_energies_name_the_rule():
+    with pytest.raises(RuntimeError, match="do not pre-slice"):
+        _run(_PreSliced(cutoff=4.5, seed=7).double())
+
+
+def test_unfiltered_sentinels_name_the_rule():
+    with pytest.raises(RuntimeError, match="sentinel"):
+        _run(_NoSentinelFilter(cutoff=4.5, seed=7).double())
+
+
+def test_in_place_scatter_without_rebinding_is_still_exact():
+    model = mpnn_model()
+    for layer in model.layers:
+        layer.__class__ = _NotRebound
+    atoms = SYSTEMS["bulk"]()
+    ref = reference(model, atoms, ("energy", "forces"))
+    result = _run(model)[0]
+    assert errors(result, ref, len(atoms))["forces"] < 1e-10
+
+
+def test_model_without_spec_is_refused():
+    model = lj_model()
+    model.distribution_spec = lambda strategy=None: None
+    with pytest.raises(DistributionRuleError, match="distribution_spec"):
+        DistributedModel(model, DomainConfig(cutoff=6.0))
+
+
+def test_cutoff_smaller_than_model_is_refused():
+    with pytest.raises(ValueError, match="smaller than the model"):
+        DistributedModel(lj_model(), DomainConfig(cutoff=3.0))

@@ -1,0 +1,116 @@
+"""Real multi-process runs for tests: gloo ranks forked from pytest, and mpirun jobs.
+
+Every run has a hard timeout; a rank's exception fails the test with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
+
+from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _gloo_worker(rank: int, world_size: int, store: str, out_dir: str, fn: Callable, args: tuple) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
+    try:
+        result = fn(TorchDistCommunicator(), *args)
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+    except BaseException:
+        with open(os.path.join(out_dir, f"rank{rank}.err"), "w") as err:
+            err.write(f"{time.time()!r}\n{traceback.format_exc()}")
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+class RankFailed(RuntimeError):
+    """One or more ranks raised; the message holds every rank's traceback, first failure first."""
+
+
+def _rank_errors(out_dir: str) -> str:
+    reports = []
+    for name in os.listdir(out_dir):
+        if name.endswith(".err"):
+            stamp, _, text = Path(out_dir, name).read_text().partition("\n")
+            reports.append((float(stamp), name[:-4], text))
+    return "\n".join(f"--- {rank} ---\n{text}" for _, rank, text in sorted(reports))
+
+
+def run_gloo(world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 180.0) -> list[Any]:
+    """Run `fn(comm, *args)` on `world_size` forked gloo ranks; return each rank's result.
+
+    Raises `RankFailed` with every failing rank's traceback (earliest first) when one fails,
+    and TimeoutError (after killing the ranks) past `timeout` seconds.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        context = mp.start_processes(
+            _gloo_worker,
+            args=(world_size, store, tmp, fn, args),
+            nprocs=world_size,
+            join=False,
+            start_method="fork",
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while not context.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    for process in context.processes:
+                        if process.is_alive():
+                            process.kill()
+                    raise TimeoutError(f"{world_size} gloo ranks did not finish within {timeout} s")
+        except ProcessException as err:
+            raise RankFailed(_rank_errors(tmp) or str(err)) from err
+        return [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]
+
+
+def run_mpi(
+    n_ranks: int, script: str | Path, *args: str, timeout: float = 180.0, python: str | None = None
+) -> str:
+    """Run `mpirun -n N python -m mpi4py script args...`; return its output.
+
+    Fails (AssertionError with the output) on a non-zero exit, and kills the whole process
+    group on timeout.
+    """
+    env = dict(os.environ)
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+    )
+    command = ["mpirun", "-n", str(n_ranks), python or sys.executable, "-m", "mpi4py", str(script), *args]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        raise AssertionError(f"mpirun -n {n_ranks} timed out after {timeout} s:\n{output}") from None
+    assert process.returncode == 0, f"mpirun -n {n_ranks} exited {process.returncode}:\n{output}"
+    return output

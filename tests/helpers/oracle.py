@@ -1,0 +1,64 @@
+"""The single-process oracle and the tolerances of DESIGN §4."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from ase import Atoms
+
+from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins.comm import Communicator
+from nvdd_plugins.models import BaseModelMixin, evaluate_model
+
+ENERGY_PER_ATOM_TOL = 1e-10
+FORCES_TOL = 1e-8
+STRESS_TOL = 1e-9
+
+
+def properties_for(atoms: Atoms) -> tuple[str, ...]:
+    """Energy and forces, plus stress for systems with a cell volume."""
+    has_volume = atoms.cell.rank == 3
+    return ("energy", "forces", "stress") if has_volume else ("energy", "forces")
+
+
+def reference(model: BaseModelMixin, atoms: Atoms, properties: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The model run single-process on the full system."""
+    return evaluate_model(model, Batch.from_atoms(atoms), properties)
+
+
+def replicated(
+    comm: Communicator,
+    model: BaseModelMixin,
+    atoms: Atoms,
+    properties: Iterable[str],
+    grid: tuple[int, int, int] | None = None,
+    skin: float = 0.3,
+) -> dict[str, torch.Tensor]:
+    """The model through DistributedModel with every rank holding the full system."""
+    config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid)
+    distributed = DistributedModel(model, config)
+    result = distributed.evaluate_replicated(Batch.from_atoms(atoms), properties)
+    result["n_owned"] = torch.tensor(distributed.domain.view.n_owned)
+    return result
+
+
+def errors(result: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], n_atoms: int) -> dict[str, float]:
+    """Max deviations: energy per atom, per-atom energies, forces, stress (if present)."""
+    out = {
+        "energy": float((result["energy"] - ref["energy"]).abs().max()) / n_atoms,
+        "energies": float((result["energies"] - ref["energies"]).abs().max()),
+        "forces": float((result["forces"] - ref["forces"]).abs().max()),
+    }
+    if "stress" in ref:
+        out["stress"] = float((result["stress"] - ref["stress"]).abs().max())
+    return out
+
+
+def assert_close(errs: dict[str, float], label: str = "") -> None:
+    """Assert DESIGN §4 tolerances."""
+    assert errs["energy"] < ENERGY_PER_ATOM_TOL, (label, errs)
+    assert errs["energies"] < ENERGY_PER_ATOM_TOL, (label, errs)
+    assert errs["forces"] < FORCES_TOL, (label, errs)
+    if "stress" in errs:
+        assert errs["stress"] < STRESS_TOL, (label, errs)

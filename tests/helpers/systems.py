@@ -1,0 +1,68 @@
+"""Test systems (ase.Atoms) and model factories shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from ase import Atoms
+from ase.build import bulk
+
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+
+LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF = 0.0104, 3.4, 6.0
+MPNN_CUTOFF = 4.5
+
+
+def lj_model() -> LennardJonesModel:
+    """Argon-like LJ (eV, Å) with the energy shifted at the cutoff (ASE's convention)."""
+    return LennardJonesModel(LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF, shift=True)
+
+
+def mpnn_model() -> SimpleMPNN:
+    """The 3-layer reference MPNN in float64."""
+    return SimpleMPNN(cutoff=MPNN_CUTOFF, hidden=16, n_layers=3, seed=7).double()
+
+
+def _jiggle(atoms: Atoms, seed: int, scale: float = 0.15) -> Atoms:
+    rng = np.random.default_rng(seed)
+    atoms.positions += rng.normal(scale=scale, size=atoms.positions.shape)
+    return atoms
+
+
+def triclinic_bulk(seed: int = 0) -> Atoms:
+    """108 atoms of fcc Ar in a sheared periodic box (~17 Å)."""
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True) * (3, 3, 3)
+    shear = np.array([[1.0, 0.06, 0.0], [0.0, 1.0, 0.04], [0.05, 0.0, 1.0]])
+    atoms.set_cell(atoms.cell.array @ shear, scale_atoms=True)
+    return _jiggle(atoms, seed)
+
+
+def slab(seed: int = 1) -> Atoms:
+    """A periodic-in-plane slab with 14 Å of vacuum along z (pbc z off)."""
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True) * (3, 3, 2)
+    atoms.center(vacuum=7.0, axis=2)
+    atoms.pbc = (True, True, False)
+    return _jiggle(atoms, seed, 0.1)
+
+
+def cluster(seed: int = 2) -> Atoms:
+    """An open cluster without a cell."""
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True) * (2, 2, 2)
+    atoms = _jiggle(atoms, seed, 0.2)
+    atoms.set_cell(np.zeros((3, 3)))
+    atoms.pbc = False
+    return atoms
+
+
+def small_box(seed: int = 3) -> Atoms:
+    """A periodic box barely wider than twice the MPNN cutoff: ghosts are self-images."""
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True) * (2, 2, 2)
+    atoms.set_cell(atoms.cell.array * (9.3 / 10.52), scale_atoms=True)
+    return _jiggle(atoms, seed, 0.1)
+
+
+SYSTEMS = {
+    "bulk": triclinic_bulk,
+    "slab": slab,
+    "cluster": cluster,
+    "small_box": small_box,
+}

@@ -1,0 +1,80 @@
+"""Run under `mpirun -n P python -m mpi4py`: the ASE calculator against its references."""
+
+from __future__ import annotations
+
+import numpy as np
+from ase import units
+from ase.calculators.lj import LennardJones
+from ase.md.langevin import Langevin
+from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.verlet import VelocityVerlet
+from mpi4py import MPI
+
+from nvdd_plugins.ase import DomainDecomposedCalculator
+from nvdd_plugins.comm import SimulatedMesh
+from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, STRESS_TOL
+from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model, mpnn_model
+
+world = MPI.COMM_WORLD
+
+
+def single_rank(model):
+    """The same model evaluated on this rank alone (the single-process oracle)."""
+    return DomainDecomposedCalculator(model, comm=SimulatedMesh(1).communicator(0))
+
+
+def compare(atoms, calc, reference, label):
+    atoms = atoms.copy()
+    ref = atoms.copy()
+    atoms.calc, ref.calc = calc, reference
+    de = abs(atoms.get_potential_energy() - ref.get_potential_energy()) / len(atoms)
+    df = np.abs(atoms.get_forces() - ref.get_forces()).max()
+    assert de < ENERGY_PER_ATOM_TOL and df < FORCES_TOL, (label, de, df)
+    if atoms.cell.rank == 3:
+        ds = np.abs(atoms.get_stress() - ref.get_stress()).max()
+        assert ds < STRESS_TOL, (label, ds)
+    forces = world.allgather(atoms.get_forces())
+    assert all(np.array_equal(f, forces[0]) for f in forces), (label, "ranks disagree")
+
+
+def trajectory(calc, thermostat):
+    atoms = SYSTEMS["bulk"]()
+    MaxwellBoltzmannDistribution(atoms, temperature_K=500, rng=np.random.default_rng(3))
+    atoms.calc = calc
+    if thermostat:
+        dyn = Langevin(atoms, 4 * units.fs, temperature_K=500, friction=0.02, rng=np.random.default_rng(9))
+    else:
+        dyn = VelocityVerlet(atoms, 4 * units.fs)
+    dyn.run(100)
+    return atoms.get_positions()
+
+
+def main() -> None:
+    ase_lj = LennardJones(epsilon=LJ_EPSILON, sigma=LJ_SIGMA, rc=LJ_CUTOFF)
+    for name, build in SYSTEMS.items():
+        compare(build(), DomainDecomposedCalculator(lj_model()), ase_lj, f"lj/{name}")
+        mpnn = mpnn_model()
+        compare(build(), DomainDecomposedCalculator(mpnn), single_rank(mpnn), f"mpnn/{name}")
+    print(f"rank {world.rank}: static OK", flush=True)
+
+    for thermostat in (False, True):
+        model = lj_model()
+        distributed = trajectory(DomainDecomposedCalculator(model, skin=0.5), thermostat)
+        alone = trajectory(single_rank(model), thermostat)
+        assert np.abs(distributed - alone).max() < 1e-8, ("trajectory", thermostat)
+    print(f"rank {world.rank}: trajectories OK", flush=True)
+
+    atoms = SYSTEMS["bulk"]()
+    if world.rank == 1:
+        atoms.positions[0, 0] += 1e-6
+    atoms.calc = DomainDecomposedCalculator(lj_model())
+    try:
+        atoms.get_potential_energy()
+    except ValueError as err:
+        assert "ranks hold different Atoms" in str(err)
+    else:
+        assert world.size == 1, "differing Atoms went unnoticed"
+    print(f"rank {world.rank}: ALL OK", flush=True)
+
+
+main()
