@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = ["DomainConfig", "StrategyKind"]
 
 
-class StrategyKind(str, Enum):
+class StrategyKind(StrEnum):
     """Distribution strategy: spatial halo (default) or graph (index) partition."""
 
     HALO = "halo"
@@ -50,12 +50,11 @@ class DomainConfig:
             raise ValueError(f"cutoff must be a positive number of Å, got {self.cutoff!r}")
         if not (math.isfinite(self.skin) and self.skin >= 0):
             raise ValueError(f"skin must be >= 0 Å, got {self.skin!r}")
-        if not 0 <= self.migration_hysteresis < max(self.skin, 1e-300):
-            if self.migration_hysteresis != 0:
-                raise ValueError(
-                    f"migration_hysteresis ({self.migration_hysteresis}) must be in [0, skin "
-                    f"= {self.skin})"
-                )
+        hysteresis = self.migration_hysteresis
+        if hysteresis < 0 or (hysteresis > 0 and hysteresis >= self.skin):
+            raise ValueError(
+                f"migration_hysteresis ({hysteresis} Å) must be 0 or in (0, skin = {self.skin} Å)"
+            )
         self.strategy = StrategyKind(self.strategy)
         if self.grid is not None:
             grid = tuple(int(g) for g in self.grid)

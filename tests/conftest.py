@@ -9,6 +9,6 @@ os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
 os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 os.environ.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
 
-import torch  # noqa: E402  (after the thread settings)
+import torch
 
 torch.set_num_threads(1)

@@ -15,7 +15,7 @@ from ase import units
 from ase.build import bulk
 from ase.io import Trajectory
 from ase.md.langevin import Langevin
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.velocitydistribution import thermalize_momenta
 from ase.parallel import parprint
 
 from nvdd_plugins.ase import DomainDecomposedCalculator
@@ -29,12 +29,17 @@ def main() -> None:
     args = parser.parse_args()
 
     atoms = bulk("Ar", "fcc", a=5.3, cubic=True) * (4, 4, 4)
-    MaxwellBoltzmannDistribution(atoms, temperature_K=100, rng=np.random.default_rng(0))
+    thermalize_momenta(atoms, temperature_K=100, rng=np.random.default_rng(0))
     model = LennardJonesModel(epsilon=0.0104, sigma=3.4, cutoff=8.5, shift=True)
     atoms.calc = DomainDecomposedCalculator(model, skin=0.5)
 
     dyn = Langevin(
-        atoms, 5 * units.fs, temperature_K=100, friction=0.01, rng=np.random.default_rng(1)
+        atoms,
+        5 * units.fs,
+        temperature_K=100,
+        friction=0.01,
+        fixcm=False,
+        rng=np.random.default_rng(1),
     )
     with Trajectory(args.trajectory, "w", atoms) as trajectory:
         dyn.attach(trajectory.write, interval=10)
@@ -42,7 +47,9 @@ def main() -> None:
         def report() -> None:
             epot = atoms.get_potential_energy() / len(atoms)
             ekin = atoms.get_kinetic_energy() / len(atoms)
-            parprint(f"step {dyn.nsteps:5d}  Epot/N {epot:.6f} eV  T {ekin / 1.5 / units.kB:7.2f} K")
+            parprint(
+                f"step {dyn.nsteps:5d}  Epot/N {epot:.6f} eV  T {ekin / 1.5 / units.kB:7.2f} K"
+            )
 
         dyn.attach(report, interval=20)
         dyn.run(args.steps)

@@ -1,6 +1,6 @@
 """Relax a defected argon crystal with ASE's FIRE, domain-decomposed by the nvdd calculator.
 
-    mpirun -n 2 python -m mpi4py examples/ase/relax.py [--fmax 0.001]
+mpirun -n 2 python -m mpi4py examples/ase/relax.py [--fmax 0.001]
 """
 
 from __future__ import annotations

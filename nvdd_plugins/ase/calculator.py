@@ -9,7 +9,7 @@ rank ends all of them.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,7 +54,14 @@ class DomainDecomposedCalculator(Calculator):
         device: torch device of the evaluation.
     """
 
-    implemented_properties = ["energy", "free_energy", "forces", "stress", "energies", "stresses"]
+    implemented_properties: ClassVar[list[str]] = [
+        "energy",
+        "free_energy",
+        "forces",
+        "stress",
+        "energies",
+        "stresses",
+    ]
 
     def __init__(
         self,

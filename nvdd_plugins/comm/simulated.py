@@ -134,14 +134,16 @@ def run_simulated(
     def worker(rank: int) -> None:
         try:
             results[rank] = fn(mesh.communicator(rank))
-        except BaseException as err:  # noqa: BLE001  (re-raised in the caller)
+        except BaseException as err:
             errors.append((rank, err))
             mesh.abort()
 
     if world_size == 1:
         worker(0)
     else:
-        threads = [threading.Thread(target=worker, args=(r,), daemon=True) for r in range(world_size)]
+        threads = [
+            threading.Thread(target=worker, args=(r,), daemon=True) for r in range(world_size)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

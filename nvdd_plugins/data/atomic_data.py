@@ -96,7 +96,9 @@ class AtomicData:
         self._system: dict[str, torch.Tensor] = {}
         positions = as_tensor(positions, "positions")
         if positions.dim() != 2 or positions.shape[-1] != 3:
-            raise ValueError(f"positions must have shape (n_atoms, 3), got {tuple(positions.shape)}")
+            raise ValueError(
+                f"positions must have shape (n_atoms, 3), got {tuple(positions.shape)}"
+            )
         self._n_atoms = positions.shape[0]
         dtype = positions.dtype if positions.is_floating_point() else torch.get_default_dtype()
         self.add_node_property("positions", positions.to(dtype))
@@ -129,7 +131,9 @@ class AtomicData:
             pbc=torch.as_tensor(atoms.get_pbc()),
         )
         if atoms.has("momenta"):
-            data.add_node_property("velocities", torch.as_tensor(atoms.get_velocities(), dtype=dtype))
+            data.add_node_property(
+                "velocities", torch.as_tensor(atoms.get_velocities(), dtype=dtype)
+            )
         if atoms.has("initial_charges"):
             data.add_node_property(
                 "charges", torch.as_tensor(atoms.get_initial_charges(), dtype=dtype)

@@ -62,7 +62,9 @@ class Batch:
                 stores[level][name] = torch.cat(parts, dim=1)
             else:
                 stores[level][name] = torch.cat(parts, dim=0)
-        batch = cls(stores[FieldLevel.NODE], stores[FieldLevel.EDGE], stores[FieldLevel.SYSTEM], ptr)
+        batch = cls(
+            stores[FieldLevel.NODE], stores[FieldLevel.EDGE], stores[FieldLevel.SYSTEM], ptr
+        )
         return batch.to(device) if device is not None else batch
 
     @classmethod
@@ -218,7 +220,9 @@ class Batch:
         raise KeyError(name)
 
     # -- transforms -----------------------------------------------------------------------
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Batch:
+    def to(
+        self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> Batch:
         """A copy on `device`; `dtype` applies to floating-point fields only."""
 
         def move(t: torch.Tensor) -> torch.Tensor:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 import torch
 
-__all__ = ["FieldLevel", "KNOWN_FIELDS", "as_tensor", "field_level"]
+__all__ = ["KNOWN_FIELDS", "FieldLevel", "as_tensor", "field_level"]
 
 
-class FieldLevel(str, Enum):
+class FieldLevel(StrEnum):
     """How a field is indexed: by atom (node), by edge, or by system (graph)."""
 
     NODE = "node"

@@ -37,7 +37,9 @@ class DecompositionFrame:
             return cls(torch.zeros_like(cell[0]), cell.clone(), pbc)
         box, origin = cell.clone(), torch.zeros_like(cell[0])
         basis = _complete_basis(cell[~degenerate], int(degenerate.sum()))
-        for axis, direction in zip(torch.nonzero(degenerate).flatten().tolist(), basis, strict=True):
+        for axis, direction in zip(
+            torch.nonzero(degenerate).flatten().tolist(), basis, strict=True
+        ):
             coord = positions @ direction if positions.numel() else positions.new_zeros(1)
             lo, hi = float(coord.min()), float(coord.max())
             span = max(hi - lo, 1.0)
@@ -75,7 +77,9 @@ class DecompositionFrame:
         """Fractional coordinates of Cartesian positions in this frame."""
         return (positions - self.origin) @ self.inverse
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> DecompositionFrame:
+    def to(
+        self, device: torch.device | str, dtype: torch.dtype | None = None
+    ) -> DecompositionFrame:
         """The same frame on another device/dtype."""
         return DecompositionFrame(
             self.origin.to(device, dtype), self.box.to(device, dtype), self.pbc.to(device)

@@ -41,9 +41,10 @@ def _grouped_product(
     start_b = torch.cumsum(count_b, 0) - count_b
     per_group = count_a * count_b
     group = torch.repeat_interleave(torch.arange(n_groups, device=groups_a.device), per_group)
-    offset = torch.arange(group.shape[0], device=group.device) - (
-        torch.cumsum(per_group, 0) - per_group
-    )[group]
+    offset = (
+        torch.arange(group.shape[0], device=group.device)
+        - (torch.cumsum(per_group, 0) - per_group)[group]
+    )
     return start_a[group] + offset // count_b[group], start_b[group] + offset % count_b[group]
 
 
@@ -54,6 +55,9 @@ class SpatialPartitioner:
         frame: the decomposition frame (cell, or atoms' extent on open axes).
         world_size: number of ranks.
         grid: (px, py, pz); default: the minimal-surface grid for the frame's widths.
+        halo_width: ghost shell width, Å. A periodic axis that is not split and is wider
+            than twice this is a *wrapped* axis: its periodic neighbours are reached through
+            lattice shifts of the local neighbour list instead of self-image ghosts.
     """
 
     def __init__(
@@ -61,17 +65,22 @@ class SpatialPartitioner:
         frame: DecompositionFrame,
         world_size: int,
         grid: tuple[int, int, int] | None = None,
+        halo_width: float = 0.0,
     ) -> None:
         self.frame = frame
         self.grid = grid or choose_rank_grid(world_size, frame.widths.tolist())
         if math.prod(self.grid) != world_size:
             raise ValueError(f"grid {self.grid} does not have {world_size} sub-domains")
         self.world_size = world_size
+        self.halo_width = float(halo_width)
         self._grid_t = torch.tensor(self.grid, device=frame.box.device)
+        unsplit = self._grid_t == 1
+        wide = frame.widths > 2.0 * self.halo_width
+        self.wrapped_axes = frame.pbc & unsplit.to(frame.pbc.device) & wide.to(frame.pbc.device)
 
     def domain_index(self, rank: int) -> tuple[int, int, int]:
         """Grid coordinates of `rank` (row-major, z fastest)."""
-        px, py, pz = self.grid
+        _, py, pz = self.grid
         return rank // (py * pz), (rank // pz) % py, rank % pz
 
     def home_fractional(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,30 +98,30 @@ class SpatialPartitioner:
         _, py, pz = self.grid
         return (cells[:, 0] * py + cells[:, 1]) * pz + cells[:, 2]
 
-    def ghost_images(
-        self, positions: torch.Tensor, width: float, owner_rank: int
-    ) -> GhostImages:
-        """Images of this rank's atoms that lie within `width` Å of another sub-domain (or
-        of this one, for periodic self-images). The atom itself on its own rank is excluded.
+    def ghost_images(self, positions: torch.Tensor, owner_rank: int) -> GhostImages:
+        """Images of this rank's atoms within the halo width of another sub-domain (or of
+        this one, for periodic self-images). The atom itself on its own rank is excluded, and
+        wrapped axes make no images (see the class docstring).
 
-        Membership uses the sub-domain slab expanded by `width` along each axis, a superset
+        Membership uses the sub-domain slab expanded by the width along each axis, a superset
         of the exact distance test, so extra ghosts are possible but none is missed.
         """
         device = positions.device
         n = positions.shape[0]
         home, wrap = self.home_fractional(positions)
-        reach = (width / self.frame.widths).tolist()
+        reach = (self.halo_width / self.frame.widths).tolist()
         axis_entries = []
         for axis in range(3):
             p = self.grid[axis]
-            periodic = bool(self.frame.pbc[axis])
+            wrapped = bool(self.wrapped_axes[axis])
+            periodic = bool(self.frame.pbc[axis]) and not wrapped
             k = math.ceil(reach[axis]) + 1 if periodic else 0
             images = torch.arange(-k, k + 1, device=device)
             coord = home[:, axis].unsqueeze(1) + images.to(home.dtype)  # (n, n_images)
             domains = torch.arange(p, device=device, dtype=home.dtype)
             lower = domains / p - reach[axis]
             upper = (domains + 1) / p + reach[axis]
-            if not periodic:
+            if not periodic:  # open or wrapped: the outermost slabs extend to infinity
                 lower[0], upper[-1] = -math.inf, math.inf
             inside = (coord.unsqueeze(1) >= lower.view(1, p, 1)) & (
                 coord.unsqueeze(1) < upper.view(1, p, 1)

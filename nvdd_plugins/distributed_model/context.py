@@ -31,7 +31,9 @@ class HaloContext:
 
     def is_node_indexed(self, tensor: object) -> bool:
         """Whether `tensor` has one row per local atom."""
-        return isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and tensor.shape[0] == self.n_rows
+        return (
+            isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and tensor.shape[0] == self.n_rows
+        )
 
     def mask_unowned(self, tensor: torch.Tensor) -> torch.Tensor:
         """Zero the rows this rank does not own (ghosts and padding)."""

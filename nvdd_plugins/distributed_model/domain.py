@@ -46,12 +46,16 @@ class HaloDomain:
         if self.comm.rank == 0:
             if full is None or full.num_graphs != 1:
                 raise ValueError("domain decomposition needs one full system on rank 0")
-            frame = DecompositionFrame.from_system(full.positions.detach(), full.cell[0], full.pbc[0])
+            frame = DecompositionFrame.from_system(
+                full.positions.detach(), full.cell[0], full.pbc[0]
+            )
             species = int(full.atomic_numbers.min()) if full.num_nodes else 1
             payload = (frame.origin.cpu(), frame.box.cpu(), frame.pbc.cpu(), species)
         origin, box, pbc, self.padding_species = self.comm.broadcast_object(payload, src=0)
         frame = DecompositionFrame(origin, box, pbc)
-        self.partitioner = SpatialPartitioner(frame, self.comm.size, self.config.grid)
+        self.partitioner = SpatialPartitioner(
+            frame, self.comm.size, self.config.grid, self.config.halo_width
+        )
         self.view = None
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
 
@@ -67,7 +71,9 @@ class HaloDomain:
             frame = frame.to(device, cell.dtype)
         frame = frame.with_cell(cell)
         if frame is not partitioner.frame:
-            partitioner = SpatialPartitioner(frame, self.comm.size, partitioner.grid)
+            partitioner = SpatialPartitioner(
+                frame, self.comm.size, partitioner.grid, self.config.halo_width
+            )
             self.partitioner = partitioner
         return partitioner
 
@@ -99,10 +105,16 @@ class HaloDomain:
             lo, hi = index / grid, (index + 1) / grid
             reach = h / partitioner.frame.widths.to(positions.device)
             offsets = torch.tensor([-1.0, 0.0, 1.0], device=positions.device, dtype=home.dtype)
-            shifted = home.unsqueeze(-1) + offsets * partitioner.frame.pbc.to(positions.device).unsqueeze(-1)
-            outside = torch.clamp(
-                torch.maximum(lo.unsqueeze(-1) - shifted, shifted - hi.unsqueeze(-1)), min=0
-            ).min(dim=-1).values
+            shifted = home.unsqueeze(-1) + offsets * partitioner.frame.pbc.to(
+                positions.device
+            ).unsqueeze(-1)
+            outside = (
+                torch.clamp(
+                    torch.maximum(lo.unsqueeze(-1) - shifted, shifted - hi.unsqueeze(-1)), min=0
+                )
+                .min(dim=-1)
+                .values
+            )
             open_low = ~partitioner.frame.pbc.to(positions.device) & (index == 0)
             open_high = ~partitioner.frame.pbc.to(positions.device) & (index == grid - 1)
             below = home < lo
@@ -116,7 +128,9 @@ class HaloDomain:
         global id. Collective; replaces the per-atom fields of `owned` in place."""
         dest = self.destinations(owned.positions.detach())
         me = self.comm.rank
-        leaving = {int(q): torch.nonzero(dest == q).flatten() for q in torch.unique(dest) if q != me}
+        leaving = {
+            int(q): torch.nonzero(dest == q).flatten() for q in torch.unique(dest) if q != me
+        }
         ids = owned.global_ids
         arrived_ids = self.comm.exchange_variable(
             {q: ids[idx] for q, idx in leaving.items()}, template=ids
@@ -135,7 +149,9 @@ class HaloDomain:
 
     def select_owned(self, positions: torch.Tensor) -> torch.Tensor:
         """Indices of the atoms this rank owns when every rank holds the full system."""
-        return torch.nonzero(self._partitioner().rank_of(positions.detach()) == self.comm.rank).flatten()
+        return torch.nonzero(
+            self._partitioner().rank_of(positions.detach()) == self.comm.rank
+        ).flatten()
 
     def build(self, owned: Batch) -> HaloView:
         """Select ghosts and build plan, view and neighbour list for the current owned atoms."""
@@ -149,7 +165,6 @@ class HaloDomain:
             owned.atomic_numbers,
             owned.global_ids,
             cell,
-            self.config.halo_width,
             self.padding_species,
             self._nodes.fit,
             self._edges.fit,
@@ -159,4 +174,3 @@ class HaloDomain:
         self._reference_cell = cell.clone()
         self.rebuilds += 1
         return view
-

@@ -29,7 +29,7 @@ from nvdd_plugins.distributed_model.transforms import apply_transform
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter
 
-__all__ = ["HaloInterceptionMode", "SENTINEL_RULE"]
+__all__ = ["SENTINEL_RULE", "HaloInterceptionMode"]
 
 SENTINEL_RULE = (
     "halo padding edges carry sentinel indices >= n_atoms; filter them in adapt_input: "
@@ -130,7 +130,9 @@ class HaloInterceptionMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
     # -- adapters ---------------------------------------------------------------------------
-    def _adapted(self, adapter: OpAdapter, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _adapted(
+        self, adapter: OpAdapter, func: Any, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
         for position, transform in adapter.arg_transforms.items():
             if position >= len(args):
                 raise DistributionRuleError(
@@ -143,7 +145,9 @@ class HaloInterceptionMode(TorchFunctionMode):
         outputs = list(result) if isinstance(result, tuple | list) else [result]
         for position, transform in adapter.output_transforms.items():
             if position >= len(outputs):
-                raise DistributionRuleError(f"OpAdapter for {func}: the op has no output {position}")
+                raise DistributionRuleError(
+                    f"OpAdapter for {func}: the op has no output {position}"
+                )
             outputs[position] = apply_transform(transform, outputs[position], self.ctx)
         return type(result)(outputs) if isinstance(result, tuple | list) else outputs[0]
 
@@ -168,4 +172,6 @@ class HaloInterceptionMode(TorchFunctionMode):
             and index.numel()
             and int(index.max()) >= self.ctx.n_rows
         ):
-            raise DistributionRuleError(f"index {int(index.max())} is out of range: {SENTINEL_RULE}")
+            raise DistributionRuleError(
+                f"index {int(index.max())} is out of range: {SENTINEL_RULE}"
+            )

@@ -190,13 +190,21 @@ class DistributedModel(nn.Module):
     def _view_batch(
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
     ) -> Batch:
-        edge_index = view.active_edges(rows, self.model.cutoff)
-        n_rows = view.n_rows
+        shifts = view.edge_shifts(cell[0])
+        neighbors = self.model.model_config.neighbor_config
+        if neighbors is not None and neighbors.accepts_skin_pairs:
+            edge_index = view.edge_index
+        else:
+            edge_index = view.active_edges(rows, shifts, self.model.cutoff)
         return Batch(
             node={"positions": rows, "atomic_numbers": view.atomic_numbers},
-            edge={"edge_index": edge_index, "shifts": rows.new_zeros(edge_index.shape[1], 3)},
+            edge={
+                "edge_index": edge_index,
+                "shifts": shifts,
+                "unit_shifts": view.edge_unit_shifts,
+            },
             system={"cell": cell, "pbc": pbc},
-            ptr=torch.tensor([0, n_rows], device=rows.device),
+            ptr=torch.tensor([0, view.n_rows], device=rows.device),
         )
 
     def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:

@@ -27,6 +27,8 @@ class HaloView:
         atomic_numbers, global_ids: (n_rows,) per row (padding: a valid species, id -1).
         edge_index: (2, n_edge_slots) pairs within cutoff + skin at build time that touch an
             owned row; empty slots hold the sentinel `n_rows`.
+        edge_unit_shifts: (n_edge_slots, 3) lattice shifts of the pairs along wrapped axes
+            (`SpatialPartitioner.wrapped_axes`); zero elsewhere.
         padding_positions: (n_rows - n_local, 3) far-away positions of the padding rows.
     """
 
@@ -36,6 +38,7 @@ class HaloView:
     atomic_numbers: torch.Tensor
     global_ids: torch.Tensor
     edge_index: torch.Tensor
+    edge_unit_shifts: torch.Tensor
     padding_positions: torch.Tensor
 
     @property
@@ -63,23 +66,29 @@ class HaloView:
         rows = rows + self.image_units[: self.n_local].to(cell.dtype) @ cell
         return torch.cat([rows, self.padding_positions.to(rows.dtype)])
 
-    def active_edges(self, positions: torch.Tensor, cutoff: float) -> torch.Tensor:
+    def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
+        """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3)."""
+        return self.edge_unit_shifts.to(cell.dtype) @ cell
+
+    def active_edges(
+        self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
+    ) -> torch.Tensor:
         """The edge slots whose pairs are now closer than `cutoff`; the rest hold the sentinel."""
         edge_index = self.edge_index
         filled = edge_index[0] < self.n_rows
         safe = torch.where(filled, edge_index, torch.zeros_like(edge_index))
         x = positions.detach()
-        distance = (x[safe[1]] - x[safe[0]]).norm(dim=-1)
+        distance = (x[safe[1]] - x[safe[0]] + shifts.detach()).norm(dim=-1)
         keep = filled & (distance < cutoff)
         return torch.where(keep, edge_index, torch.full_like(edge_index, self.n_rows))
 
 
 def _receive_ghosts(
-    comm: Communicator, partitioner: SpatialPartitioner, owned_positions: torch.Tensor, width: float
+    comm: Communicator, partitioner: SpatialPartitioner, owned_positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Send each ghost image (owned row, lattice units) to its destination; return what this
     rank receives: owner ranks, owner rows and lattice units, ordered by source rank."""
-    ghosts = partitioner.ghost_images(owned_positions, width, comm.rank)
+    ghosts = partitioner.ghost_images(owned_positions, comm.rank)
     message = torch.cat([ghosts.rows.unsqueeze(1), ghosts.units], dim=1).cpu()
     destinations = ghosts.ranks.cpu()
     sends = {int(q): message[destinations == q] for q in torch.unique(destinations)}
@@ -98,7 +107,6 @@ def build_halo_view(
     owned_numbers: torch.Tensor,
     owned_ids: torch.Tensor,
     cell: torch.Tensor,
-    width: float,
     padding_species: int,
     node_capacity: Callable[[int], int],
     edge_capacity: Callable[[int], int],
@@ -109,7 +117,8 @@ def build_halo_view(
     """
     device = owned_positions.device
     n_owned = owned_positions.shape[0]
-    owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions, width)
+    width = partitioner.halo_width
+    owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions)
     plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row).to(device)
     n_local = plan.n_local
 
@@ -118,9 +127,10 @@ def build_halo_view(
     with torch.no_grad():
         local = torch.cat([owned_positions, owned_positions.new_zeros(plan.n_ghost, 3)])
         local = fill_ghosts_(local, plan, comm) + units.to(cell.dtype) @ cell
-    no_pbc = torch.zeros(3, dtype=torch.bool, device=device)
-    pairs = build_neighbor_list(local, None, no_pbc, width).edge_index
-    pairs = pairs[:, (pairs[0] < n_owned) | (pairs[1] < n_owned)]
+    wrapped = partitioner.wrapped_axes.to(device)
+    listed = build_neighbor_list(local, cell, wrapped, width)
+    touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)
+    pairs, pair_units = listed.edge_index[:, touches_owned], listed.unit_shifts[touches_owned]
 
     slots = edge_capacity(pairs.shape[1])
     n_rows = node_capacity(n_local)
@@ -135,6 +145,8 @@ def build_halo_view(
 
     edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
     edge_index[:, : pairs.shape[1]] = pairs
+    edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
+    edge_units[: pairs.shape[1]] = pair_units
     far = (local.abs().max() if n_local else local.new_zeros(())) + 10.0 * width
     padding = local.new_zeros(n_pad, 3)
     padding[:, 0] = far + 2.0 * width * torch.arange(1, n_pad + 1, device=device, dtype=local.dtype)
@@ -145,5 +157,6 @@ def build_halo_view(
         atomic_numbers=rows_of(owned_numbers.long(), padding_species),
         global_ids=rows_of(owned_ids.long(), -1),
         edge_index=edge_index,
+        edge_unit_shifts=edge_units,
         padding_positions=padding,
     )

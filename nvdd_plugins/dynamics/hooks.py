@@ -61,8 +61,11 @@ class ThermoLogger:
         stream = self.stream or sys.stdout
         batch = ctx.batch
         if not self._header_done:
-            print(f"{'step':>8} {'time[fs]':>10} {'Epot[eV]':>14} {'Ekin[eV]':>12} "
-                  f"{'Etot[eV]':>14} {'T[K]':>9}", file=stream)
+            print(
+                f"{'step':>8} {'time[fs]':>10} {'Epot[eV]':>14} {'Ekin[eV]':>12} "
+                f"{'Etot[eV]':>14} {'T[K]':>9}",
+                file=stream,
+            )
             self._header_done = True
         kinetic = float(0.5 * (batch.atomic_masses * (batch.velocities**2).sum(-1)).sum())
         potential = float(batch.energy.sum())

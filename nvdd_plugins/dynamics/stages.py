@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nvdd_plugins.data import Batch
@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
 __all__ = ["DynamicsStage", "Hook", "HookContext", "HookScope"]
 
 
-class DynamicsStage(str, Enum):
+class DynamicsStage(StrEnum):
     """Points in a step where hooks fire."""
 
     BEFORE_STEP = "before_step"
@@ -24,7 +24,7 @@ class DynamicsStage(str, Enum):
     ON_CONVERGE = "on_converge"
 
 
-class HookScope(str, Enum):
+class HookScope(StrEnum):
     """What a hook on the outer `DomainParallel` sees.
 
     LOCAL: the rank's own atoms. RANK_ZERO: the full system gathered to rank 0 (runs there

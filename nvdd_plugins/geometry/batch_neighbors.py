@@ -1,4 +1,4 @@
-"""Neighbour lists on a `Batch`: one-shot (`attach_neighbor_list`) and Verlet (`VerletNeighborList`)."""
+"""Neighbour lists on a `Batch`: one-shot (`attach_neighbor_list`) and Verlet lists."""
 
 from __future__ import annotations
 
@@ -36,11 +36,13 @@ def attach_neighbor_list(batch: Batch, cutoff: float) -> None:
 
 class VerletNeighborList:
     """A neighbour list built at cutoff + skin and reused until an atom moved more than
-    skin / 2 or the cell or species changed; `attach` stores the pairs within `cutoff`."""
+    skin / 2 or the cell or species changed; `attach` stores the pairs within `cutoff`
+    (or all listed pairs with `filter_pairs=False`, for models that zero them exactly)."""
 
-    def __init__(self, cutoff: float, skin: float = 0.0) -> None:
+    def __init__(self, cutoff: float, skin: float = 0.0, filter_pairs: bool = True) -> None:
         self.cutoff = float(cutoff)
         self.skin = float(skin)
+        self.filter_pairs = filter_pairs
         self._detector = RebuildDetector(skin)
         self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -55,11 +57,10 @@ class VerletNeighborList:
             self._pairs = (listed.edge_index, listed.unit_shifts)
             self._detector.update(positions, batch.cell, numbers=batch.atomic_numbers)
         edge_index, unit_shifts = self._pairs
-        if self.skin == 0.0:
-            batch.set_edges(edge_index, shifts=edge_shifts(batch, edge_index, unit_shifts),
-                            unit_shifts=unit_shifts)
-            return
         shifts = edge_shifts(batch, edge_index, unit_shifts)
+        if self.skin == 0.0 or not self.filter_pairs:
+            batch.set_edges(edge_index, shifts=shifts, unit_shifts=unit_shifts)
+            return
         vectors = positions[edge_index[1]] - positions[edge_index[0]] + shifts
         keep = vectors.norm(dim=-1) < self.cutoff
         batch.set_edges(edge_index[:, keep], shifts=shifts[keep], unit_shifts=unit_shifts[keep])

@@ -36,7 +36,9 @@ def lennard_jones(
     r2 = torch.where(inside, r2, torch.ones_like(r2))
     c6 = (sigma * sigma / r2) ** 3
     c12 = c6 * c6
-    offset = 4.0 * epsilon * ((sigma / cutoff) ** 12 - (sigma / cutoff) ** 6) if shift_energy else 0.0
+    offset = (
+        4.0 * epsilon * ((sigma / cutoff) ** 12 - (sigma / cutoff) ** 6) if shift_energy else 0.0
+    )
     pair_energy = torch.where(inside, 4.0 * epsilon * (c12 - c6) - offset, torch.zeros_like(r2))
     dphi_over_r = torch.where(inside, -24.0 * epsilon * (2.0 * c12 - c6) / r2, torch.zeros_like(r2))
     pair_force = dphi_over_r.unsqueeze(-1) * rij

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -15,7 +15,7 @@ from nvdd_plugins.spec import MLIPSpec
 __all__ = ["BaseModelMixin", "ModelConfig", "ModelInputs", "NeighborConfig", "NeighborListFormat"]
 
 
-class NeighborListFormat(str, Enum):
+class NeighborListFormat(StrEnum):
     """Neighbour list layout a model consumes. COO: `edge_index` (2, n_edges) rows (i, j),
     pair vector `x[j] - x[i] + shifts`, both directions present."""
 
@@ -24,10 +24,19 @@ class NeighborListFormat(str, Enum):
 
 @dataclass(frozen=True)
 class NeighborConfig:
-    """The neighbour list a model needs: its cutoff (Å) and layout."""
+    """The neighbour list a model needs.
+
+    Args:
+        cutoff: interaction cutoff, Å.
+        format: layout of the list.
+        accepts_skin_pairs: the model gives pairs at r >= cutoff exactly zero weight, so a
+            Verlet list (pairs up to cutoff + skin) may be passed without filtering it every
+            step. Leave False unless that holds bit for bit.
+    """
 
     cutoff: float
     format: NeighborListFormat = NeighborListFormat.COO
+    accepts_skin_pairs: bool = False
 
     def __post_init__(self) -> None:
         if not self.cutoff > 0:

@@ -11,7 +11,11 @@ from collections.abc import Iterable
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.geometry.batch_neighbors import VerletNeighborList, attach_neighbor_list
+from nvdd_plugins.geometry.batch_neighbors import (
+    VerletNeighborList,
+    attach_neighbor_list,
+    edge_shifts,
+)
 from nvdd_plugins.models.base import BaseModelMixin
 
 __all__ = [
@@ -95,6 +99,8 @@ def evaluate_model(
     run = batch.to()
     if strain is not None:
         run.positions, run.cell = apply_strain(positions, batch.cell, batch.batch_idx, strain)
+        if "unit_shifts" in run:
+            run.shifts = edge_shifts(run, run.edge_index, run.unit_shifts)
     else:
         run.positions = positions
     with torch.enable_grad():
@@ -119,7 +125,9 @@ class ModelEvaluator:
 
     def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
         self.model = model
-        self.neighbors = VerletNeighborList(model.cutoff, skin)
+        config = model.model_config.neighbor_config
+        skin_pairs_ok = config is not None and config.accepts_skin_pairs
+        self.neighbors = VerletNeighborList(model.cutoff, skin, filter_pairs=not skin_pairs_ok)
 
     def __call__(
         self, batch: Batch, properties: Iterable[str] = ("energy", "forces")

@@ -35,7 +35,7 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
         self.epsilon, self.sigma, self.shift = float(epsilon), float(sigma), bool(shift)
         self.model_config = ModelConfig(
             outputs=frozenset({"energy", "energies", "forces", "stress", "stresses"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
+            neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
         )
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:

@@ -32,9 +32,15 @@ class _Interaction(nn.Module):
         self.use_index_add = use_index_add
 
     def forward(
-        self, h: torch.Tensor, radial: torch.Tensor, receivers: torch.Tensor, senders: torch.Tensor
+        self,
+        h: torch.Tensor,
+        radial: torch.Tensor,
+        envelope: torch.Tensor,
+        receivers: torch.Tensor,
+        senders: torch.Tensor,
     ) -> torch.Tensor:
-        messages = nn.functional.silu(self.message(h[senders])) * self.filter(radial)
+        weight = self.filter(radial) * envelope.unsqueeze(-1)
+        messages = nn.functional.silu(self.message(h[senders])) * weight
         aggregated = h.new_zeros(h.shape)
         if self.use_index_add:
             aggregated = aggregated.index_add_(0, receivers, messages)
@@ -48,7 +54,8 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
     """Invariant message-passing network with autograd forces.
 
     Args:
-        cutoff: radial cutoff, Å (smooth cosine envelope, exactly zero beyond).
+        cutoff: radial cutoff, Å (smooth cosine envelope multiplies every message, exactly
+            zero at and beyond the cutoff).
         hidden: feature width.
         n_layers: message-passing layers (>= 1; alternating index_add_ / scatter_add_).
         n_radial: Gaussian radial basis functions.
@@ -83,7 +90,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             outputs=frozenset({"energy", "energies", "forces", "stress"}),
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
+            neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
         )
 
     def _check_cells(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
@@ -120,10 +127,9 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         envelope = 0.5 * (torch.cos(math.pi * distance / self.cutoff) + 1.0)
         envelope = envelope * (distance < self.cutoff)
         radial = torch.exp(-(((distance.unsqueeze(-1) - self.centers) / self.width) ** 2))
-        radial = radial * envelope.unsqueeze(-1)
         h = self.embedding(inputs.atomic_numbers)
         for layer in self.layers:
-            h = layer(h, radial, receivers=i, senders=j)
+            h = layer(h, radial, envelope, receivers=i, senders=j)
         z = inputs.atomic_numbers
         energies = self.readout(h).squeeze(-1) + self.atomic_energy(z).squeeze(-1)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)

@@ -78,7 +78,9 @@ class DomainParallel:
         if self.comm.rank == 0:
             full = full.to()
             if "global_ids" not in full:
-                full.add_node_property("global_ids", torch.arange(full.num_nodes, device=full.device))
+                full.add_node_property(
+                    "global_ids", torch.arange(full.num_nodes, device=full.device)
+                )
         self.model.setup(full)
         schema = None
         if self.comm.rank == 0:
@@ -99,7 +101,9 @@ class DomainParallel:
             fields[name] = received.get(0, template).to(device)
         n = fields["positions"].shape[0]
         self.batch = Batch(
-            fields, {}, {k: v.to(device) for k, v in system.items()},
+            fields,
+            {},
+            {k: v.to(device) for k, v in system.items()},
             ptr=torch.tensor([0, n], device=device),
         )
         logger.info("rank %d owns %d atoms", self.comm.rank, n)
@@ -130,7 +134,8 @@ class DomainParallel:
     def _fire(self, stage: DynamicsStage, batch: Batch) -> None:
         step = self.dynamics.step_count
         due = [
-            h for h in self.hooks
+            h
+            for h in self.hooks
             if h.stage == stage and step % max(int(getattr(h, "frequency", 1)), 1) == 0
         ]
         if not due:
@@ -166,7 +171,10 @@ class DomainParallel:
         elapsed = time.perf_counter() - start
         logger.info(
             "rank %d: %d steps in %.2f s, %d rebuilds",
-            self.comm.rank, steps, elapsed, self.model.domain.rebuilds,
+            self.comm.rank,
+            steps,
+            elapsed,
+            self.model.domain.rebuilds,
         )
         return batch
 
@@ -184,5 +192,5 @@ class DomainParallel:
         return batch
 
     def __repr__(self) -> str:
-        return f"DomainParallel({type(self.dynamics).__name__}, rank={self.comm.rank}/{self.comm.size})"
-
+        name = type(self.dynamics).__name__
+        return f"DomainParallel({name}, rank={self.comm.rank}/{self.comm.size})"

@@ -156,7 +156,12 @@ class DistributedManager:
         cls._current = cls(info, torch_device, mesh)
         set_default_communicator(mesh)
         logger.info(
-            "rank %d/%d (%s, %s) on %s", info.rank, info.world_size, info.launcher, backend, torch_device
+            "rank %d/%d (%s, %s) on %s",
+            info.rank,
+            info.world_size,
+            info.launcher,
+            backend,
+            torch_device,
         )
         return cls._current
 

@@ -14,7 +14,14 @@ from typing import Any
 from nvdd_plugins.spec.naming import qualified_name, resolve_qualified_name
 from nvdd_plugins.spec.transforms import Transform, transform_from_name
 
-__all__ = ["Adapter", "JitAdapter", "MethodAdapter", "OpAdapter", "PythonAdapter", "adapter_from_dict"]
+__all__ = [
+    "Adapter",
+    "JitAdapter",
+    "MethodAdapter",
+    "OpAdapter",
+    "PythonAdapter",
+    "adapter_from_dict",
+]
 
 
 def _frozen_transforms(transforms: Mapping[int, Transform]) -> Mapping[int, Transform]:
@@ -101,7 +108,9 @@ def adapter_from_dict(data: Mapping[str, Any]) -> Adapter:
     if kind == "OpAdapter":
         return OpAdapter(
             op=resolve_qualified_name(data["op"]),
-            arg_transforms={int(k): transform_from_name(v) for k, v in data["arg_transforms"].items()},
+            arg_transforms={
+                int(k): transform_from_name(v) for k, v in data["arg_transforms"].items()
+            },
             output_transforms={
                 int(k): transform_from_name(v) for k, v in data["output_transforms"].items()
             },

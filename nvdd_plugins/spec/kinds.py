@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["OutputKind"]
 
 
-class OutputKind(str, Enum):
+class OutputKind(StrEnum):
     """Layout of a model output.
 
     PER_NODE: one row per local atom; owned rows are kept (after summing ghost rows into

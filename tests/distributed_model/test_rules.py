@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -12,7 +13,7 @@ import nvdd_plugins.distributed_model.model as distributed_model_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import all_reduce_sum, run_simulated
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.models import ModelInputs, SimpleMPNN
+from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
 from nvdd_plugins.models.mpnn import _Interaction
 from tests.helpers.oracle import errors, reference, replicated
 from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
@@ -56,6 +57,14 @@ class _PreSliced(SimpleMPNN):
 
 
 class _NoSentinelFilter(SimpleMPNN):
+    """Skips the sentinel filter; pairs beyond the cutoff become sentinels every step."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model_config = dataclasses.replace(
+            self.model_config, neighbor_config=NeighborConfig(self.cutoff, accepts_skin_pairs=False)
+        )
+
     def adapt_input(self, batch: Batch) -> ModelInputs:
         return ModelInputs(
             positions=batch.positions,
@@ -70,8 +79,9 @@ class _NoSentinelFilter(SimpleMPNN):
 
 
 class _NotRebound(_Interaction):
-    def forward(self, h, radial, receivers, senders):
-        messages = torch.nn.functional.silu(self.message(h[senders])) * self.filter(radial)
+    def forward(self, h, radial, envelope, receivers, senders):
+        weight = self.filter(radial) * envelope.unsqueeze(-1)
+        messages = torch.nn.functional.silu(self.message(h[senders])) * weight
         aggregated = h.new_zeros(h.shape)
         aggregated.index_add_(0, receivers, messages)  # result not rebound
         return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
@@ -79,7 +89,9 @@ class _NotRebound(_Interaction):
 
 def _run(model, world_size: int = 2):
     atoms = SYSTEMS["bulk"]()
-    return run_simulated(world_size, lambda comm: replicated(comm, model, atoms, ("energy", "forces")))
+    return run_simulated(
+        world_size, lambda comm: replicated(comm, model, atoms, ("energy", "forces"))
+    )
 
 
 def test_pre_sliced_energies_name_the_rule():

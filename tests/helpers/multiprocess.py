@@ -26,7 +26,9 @@ from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _gloo_worker(rank: int, world_size: int, store: str, out_dir: str, fn: Callable, args: tuple) -> None:
+def _gloo_worker(
+    rank: int, world_size: int, store: str, out_dir: str, fn: Callable, args: tuple
+) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
@@ -53,7 +55,9 @@ def _rank_errors(out_dir: str) -> str:
     return "\n".join(f"--- {rank} ---\n{text}" for _, rank, text in sorted(reports))
 
 
-def run_gloo(world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 180.0) -> list[Any]:
+def run_gloo(
+    world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 180.0
+) -> list[Any]:
     """Run `fn(comm, *args)` on `world_size` forked gloo ranks; return each rank's result.
 
     Raises `RankFailed` with every failing rank's traceback (earliest first) when one fails,
@@ -78,7 +82,10 @@ def run_gloo(world_size: int, fn: Callable[..., Any], *args: Any, timeout: float
                     raise TimeoutError(f"{world_size} gloo ranks did not finish within {timeout} s")
         except ProcessException as err:
             raise RankFailed(_rank_errors(tmp) or str(err)) from err
-        return [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]
+        return [
+            torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False)
+            for r in range(world_size)
+        ]
 
 
 def run_mpi(
@@ -97,9 +104,22 @@ def run_mpi(
         OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
     )
-    command = ["mpirun", "-n", str(n_ranks), python or sys.executable, "-m", "mpi4py", str(script), *args]
+    command = [
+        "mpirun",
+        "-n",
+        str(n_ranks),
+        python or sys.executable,
+        "-m",
+        "mpi4py",
+        str(script),
+        *args,
+    ]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
         start_new_session=True,
     )
     try:
@@ -111,6 +131,8 @@ def run_mpi(
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-        raise AssertionError(f"mpirun -n {n_ranks} timed out after {timeout} s:\n{output}") from None
+        raise AssertionError(
+            f"mpirun -n {n_ranks} timed out after {timeout} s:\n{output}"
+        ) from None
     assert process.returncode == 0, f"mpirun -n {n_ranks} exited {process.returncode}:\n{output}"
     return output

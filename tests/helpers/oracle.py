@@ -22,7 +22,9 @@ def properties_for(atoms: Atoms) -> tuple[str, ...]:
     return ("energy", "forces", "stress") if has_volume else ("energy", "forces")
 
 
-def reference(model: BaseModelMixin, atoms: Atoms, properties: Iterable[str]) -> dict[str, torch.Tensor]:
+def reference(
+    model: BaseModelMixin, atoms: Atoms, properties: Iterable[str]
+) -> dict[str, torch.Tensor]:
     """The model run single-process on the full system."""
     return evaluate_model(model, Batch.from_atoms(atoms), properties)
 
@@ -43,7 +45,9 @@ def replicated(
     return result
 
 
-def errors(result: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], n_atoms: int) -> dict[str, float]:
+def errors(
+    result: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], n_atoms: int
+) -> dict[str, float]:
     """Max deviations: energy per atom, per-atom energies, forces, stress (if present)."""
     out = {
         "energy": float((result["energy"] - ref["energy"]).abs().max()) / n_atoms,

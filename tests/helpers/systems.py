@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from ase import Atoms
 from ase.build import bulk
+from torch import nn
 
-from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+from nvdd_plugins import Batch
+from nvdd_plugins.models import (
+    BaseModelMixin,
+    LennardJonesModel,
+    ModelConfig,
+    NeighborConfig,
+    SimpleMPNN,
+)
+from nvdd_plugins.spec import SPEC_MPNN_HALO
 
 LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF = 0.0104, 3.4, 6.0
 MPNN_CUTOFF = 4.5
@@ -20,6 +30,35 @@ def lj_model() -> LennardJonesModel:
 def mpnn_model() -> SimpleMPNN:
     """The 3-layer reference MPNN in float64."""
     return SimpleMPNN(cutoff=MPNN_CUTOFF, hidden=16, n_layers=3, seed=7).double()
+
+
+class ShiftPairModel(nn.Module, BaseModelMixin):
+    """A plain-PyTorch Morse-like pair potential using the neighbour list's shift vectors
+    (not minimum image) with autograd forces and stress: covers the shift path."""
+
+    def __init__(self, cutoff: float = 5.0) -> None:
+        super().__init__()
+        self.model_config = ModelConfig(
+            outputs=frozenset({"energy", "energies", "forces", "stress"}),
+            autograd_outputs=frozenset({"forces", "stress"}),
+            autograd_inputs=frozenset({"positions"}),
+            neighbor_config=NeighborConfig(cutoff=cutoff),
+        )
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        inputs = self.adapt_input(batch)
+        i, j = inputs.edge_index
+        r = (inputs.positions[j] - inputs.positions[i] + inputs.shifts).norm(dim=-1)
+        envelope = (1 - r / self.cutoff) ** 2
+        pair = 0.01 * ((1 - torch.exp(-1.2 * (r - 3.8))) ** 2 - 1) * envelope
+        energies = inputs.positions.new_zeros(inputs.positions.shape[0]).index_add_(
+            0, i, 0.5 * pair
+        )
+        energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
+        return {"energies": energies, "energy": energy}
+
+    def distribution_spec(self, strategy=None):
+        return SPEC_MPNN_HALO
 
 
 def _jiggle(atoms: Atoms, seed: int, scale: float = 0.15) -> Atoms:

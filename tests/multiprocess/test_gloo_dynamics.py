@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.velocitydistribution import thermalize_momenta
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.comm import Communicator, SimulatedMesh
@@ -31,7 +31,7 @@ def _integrator(name: str, model):
 
 def _initial_system() -> Batch:
     atoms = triclinic_bulk()
-    MaxwellBoltzmannDistribution(atoms, temperature_K=600, rng=np.random.default_rng(5))
+    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
     return Batch.from_atoms(atoms)
 
 
@@ -119,12 +119,16 @@ class _RescalingIntegrator(BaseDynamics):
     def pre_update(self, batch):
         scale = (self.target_ke / self.global_ke) ** 0.5 if self.global_ke else 1.0
         dt = self.dt_internal
-        velocities = scale * batch.velocities + 0.5 * dt * batch.forces / batch.atomic_masses[:, None]
+        velocities = (
+            scale * batch.velocities + 0.5 * dt * batch.forces / batch.atomic_masses[:, None]
+        )
         batch.velocities = velocities
         batch.positions = batch.positions + dt * velocities
 
     def post_update(self, batch):
-        batch.velocities = batch.velocities + 0.5 * self.dt_internal * batch.forces / batch.atomic_masses[:, None]
+        batch.velocities = (
+            batch.velocities + 0.5 * self.dt_internal * batch.forces / batch.atomic_masses[:, None]
+        )
 
 
 class _GlobalKineticEnergyHook:
@@ -137,7 +141,9 @@ class _GlobalKineticEnergyHook:
 
     def __call__(self, ctx, stage):
         b = ctx.batch
-        self._integrator.global_ke = float(0.5 * (b.atomic_masses * (b.velocities**2).sum(-1)).sum())
+        self._integrator.global_ke = float(
+            0.5 * (b.atomic_masses * (b.velocities**2).sum(-1)).sum()
+        )
 
 
 def _custom_run(comm: Communicator) -> torch.Tensor:
@@ -180,7 +186,9 @@ def _exploding_run(comm: Communicator) -> None:
 
 def test_one_rank_raising_ends_all_ranks_with_its_message() -> None:
     start = time.monotonic()
-    with pytest.raises(RankFailed, match=r"(?s)--- rank1 ---\n.*rank 1 exploded at step 3") as failure:
+    with pytest.raises(
+        RankFailed, match=r"(?s)--- rank1 ---\n.*rank 1 exploded at step 3"
+    ) as failure:
         run_gloo(2, _exploding_run, timeout=30)
     assert str(failure.value).index("rank1") < str(failure.value).index("rank0")
     assert time.monotonic() - start < 30

@@ -6,7 +6,7 @@ import numpy as np
 from ase import units
 from ase.calculators.lj import LennardJones
 from ase.md.langevin import Langevin
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
 from mpi4py import MPI
 
@@ -39,10 +39,17 @@ def compare(atoms, calc, reference, label):
 
 def trajectory(calc, thermostat):
     atoms = SYSTEMS["bulk"]()
-    MaxwellBoltzmannDistribution(atoms, temperature_K=500, rng=np.random.default_rng(3))
+    thermalize_momenta(atoms, temperature_K=500, rng=np.random.default_rng(3))
     atoms.calc = calc
     if thermostat:
-        dyn = Langevin(atoms, 4 * units.fs, temperature_K=500, friction=0.02, rng=np.random.default_rng(9))
+        dyn = Langevin(
+            atoms,
+            4 * units.fs,
+            temperature_K=500,
+            friction=0.02,
+            fixcm=False,
+            rng=np.random.default_rng(9),
+        )
     else:
         dyn = VelocityVerlet(atoms, 4 * units.fs)
     dyn.run(100)

@@ -1,0 +1,103 @@
+"""Single-process integrators and hooks."""
+
+from __future__ import annotations
+
+import io
+
+import ase.io
+import numpy as np
+import pytest
+import torch
+from ase.md.velocitydistribution import thermalize_momenta
+
+from nvdd_plugins import AtomicData, Batch
+from nvdd_plugins.dynamics import (
+    NVE,
+    DynamicsStage,
+    NeighborListHook,
+    NVTLangevin,
+    ThermoLogger,
+    TrajectoryWriter,
+)
+from tests.helpers.systems import lj_model, triclinic_bulk
+
+
+def _system(temperature: float = 300.0) -> Batch:
+    atoms = triclinic_bulk()
+    thermalize_momenta(atoms, temperature_K=temperature, rng=np.random.default_rng(1))
+    return Batch.from_atoms(atoms)
+
+
+def _total_energy(batch: Batch) -> float:
+    kinetic = 0.5 * (batch.atomic_masses * (batch.velocities**2).sum(-1)).sum()
+    return float(batch.energy.sum() + kinetic)
+
+
+def test_nve_conserves_energy() -> None:
+    batch = _system()
+    dynamics = NVE(lj_model(), dt=2.0, skin=0.5)
+    dynamics.prepare(batch)
+    start = _total_energy(batch)
+    dynamics.run(batch, 100)
+    assert abs(_total_energy(batch) - start) / batch.num_nodes < 2e-5
+
+
+def test_verlet_skin_and_neighbor_hook_do_not_change_the_trajectory() -> None:
+    runs = []
+    for skin, hooks in ((0.0, []), (0.8, []), (0.0, [NeighborListHook(6.0, skin=0.8)])):
+        batch = _system()
+        NVE(lj_model(), dt=4.0, skin=skin, hooks=hooks).run(batch, 40)
+        runs.append(batch.positions)
+    assert float((runs[1] - runs[0]).abs().max()) < 1e-10
+    assert float((runs[2] - runs[0]).abs().max()) < 1e-10
+
+
+def test_langevin_is_reproducible_and_seeded() -> None:
+    results = []
+    for seed in (1, 1, 2):
+        batch = _system()
+        NVTLangevin(lj_model(), 4.0, temperature=300, friction=0.05, seed=seed).run(batch, 10)
+        results.append(batch.positions)
+    assert torch.equal(results[0], results[1])
+    assert not torch.allclose(results[0], results[2])
+
+
+def test_missing_velocities_raise_a_clear_error() -> None:
+    data = AtomicData(
+        positions=torch.zeros(2, 3, dtype=torch.float64)
+        + torch.tensor([[0.0], [3.0]], dtype=torch.float64),
+        atomic_numbers=torch.tensor([18, 18]),
+        atomic_masses=torch.tensor([39.9, 39.9], dtype=torch.float64),
+    )
+    with pytest.raises(ValueError, match="velocities"):
+        NVE(lj_model(), 1.0).step(Batch.from_data_list([data]))
+
+
+def test_hooks_fire_at_their_stage_and_frequency() -> None:
+    calls = []
+
+    class Recorder:
+        def __init__(self, stage, frequency):
+            self.stage, self.frequency = stage, frequency
+
+        def __call__(self, ctx, stage):
+            calls.append((stage, ctx.step))
+
+    hooks = [Recorder(DynamicsStage.BEFORE_STEP, 2), Recorder(DynamicsStage.AFTER_COMPUTE, 3)]
+    NVE(lj_model(), 1.0, hooks=hooks).run(_system(), 4)
+    before = [s for stage, s in calls if stage is DynamicsStage.BEFORE_STEP]
+    compute = [s for stage, s in calls if stage is DynamicsStage.AFTER_COMPUTE]
+    assert before == [0, 2] and compute == [0, 0, 3]
+
+
+def test_thermo_logger_and_trajectory_writer(tmp_path) -> None:
+    stream = io.StringIO()
+    path = tmp_path / "run.extxyz"
+    hooks = [ThermoLogger(frequency=5, stream=stream), TrajectoryWriter(path, frequency=5)]
+    batch = _system()
+    NVE(lj_model(), 2.0, hooks=hooks).run(batch, 10)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].split()[:3] == ["step", "time[fs]", "Epot[eV]"] and len(lines) == 3
+    frames = ase.io.read(path, index=":")
+    assert len(frames) == 2 and np.allclose(frames[-1].positions, batch.positions.numpy())
+    assert np.allclose(frames[-1].get_forces(), batch.forces.numpy())
