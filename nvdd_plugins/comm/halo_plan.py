@@ -73,6 +73,34 @@ class HaloPlan:
         )
 
     @classmethod
+    def from_global_ids(
+        cls, comm: Communicator, owned_ids: torch.Tensor, ghost_ids: torch.Tensor
+    ) -> HaloPlan:
+        """Plan for a layout that names atoms by global id (e.g. LAMMPS's owned + ghosts).
+
+        Every rank's owned ids are gathered (O(total atoms) per rank, once per rebuild) to
+        find each ghost's owner rank and row. Collective.
+        """
+        owned_ids, ghost_ids = owned_ids.long().cpu(), ghost_ids.long().cpu()
+        gathered = comm.all_gather(owned_ids)
+        all_ids = torch.cat(gathered)
+        ranks = torch.cat(
+            [torch.full((len(g),), r, dtype=torch.long) for r, g in enumerate(gathered)]
+        )
+        rows = torch.cat([torch.arange(len(g)) for g in gathered])
+        order = torch.argsort(all_ids)
+        sorted_ids = all_ids[order]
+        if sorted_ids.numel() > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
+            raise ValueError("an atom id is owned by more than one rank")
+        slot = torch.searchsorted(sorted_ids, ghost_ids).clamp(max=max(len(sorted_ids) - 1, 0))
+        if ghost_ids.numel() and (
+            sorted_ids.numel() == 0 or bool((sorted_ids[slot] != ghost_ids).any())
+        ):
+            raise ValueError("a ghost atom id is not owned by any rank")
+        owner = order[slot]
+        return cls.build(comm, owned_ids.numel(), ranks[owner], rows[owner])
+
+    @classmethod
     def build(
         cls,
         comm: Communicator,

@@ -65,17 +65,15 @@ class HaloDomain:
         return self.partitioner
 
     def _follow_cell(self, cell: torch.Tensor, device: torch.device) -> SpatialPartitioner:
+        """The partitioner for the current cell (rebuilt only when the cell changed)."""
         partitioner = self._partitioner()
-        frame = partitioner.frame
-        if frame.box.device != device or frame.box.dtype != cell.dtype:
-            frame = frame.to(device, cell.dtype)
-        frame = frame.with_cell(cell)
-        if frame is not partitioner.frame:
-            partitioner = SpatialPartitioner(
-                frame, self.comm.size, partitioner.grid, self.config.halo_width
-            )
-            self.partitioner = partitioner
-        return partitioner
+        frame = partitioner.frame.to(device, cell.dtype).with_cell(cell)
+        if torch.equal(frame.box, partitioner.frame.box) and frame.box.device == device:
+            return partitioner
+        self.partitioner = SpatialPartitioner(
+            frame, self.comm.size, partitioner.grid, self.config.halo_width
+        )
+        return self.partitioner
 
     # -- rebuilds -------------------------------------------------------------------------
     def needs_rebuild(self, owned_positions: torch.Tensor, cell: torch.Tensor) -> bool:

@@ -161,31 +161,77 @@ class DistributedModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
 
-        Returns detached tensors: "energy" (1,) and "stress" (1,3,3) identical on every
-        rank; per-atom outputs ("forces", "energies", ...) for the owned atoms.
+        Ghost positions come from their owners through `halo_forward`, so the returned
+        "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
+        and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """
-        properties = set(properties)
-        config = self.model.model_config
-        want_forces = "forces" in properties and "forces" in config.autograd_outputs
-        want_stress = "stress" in properties and "stress" in config.autograd_outputs
+        want_forces, want_stress = self._wanted(properties)
         leaf = owned.positions.detach().requires_grad_(want_forces)
-        cell = owned.cell.detach()
-        strain = new_strain(1, leaf, want_stress) if want_stress else None
-        n_owned, n_rows = view.n_owned, view.n_rows
         with torch.enable_grad():
-            rows = view.positions(leaf, cell[0], self.comm)
+            rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
+        return self._evaluate(
+            view, leaf, rows, owned.cell, owned.pbc, want_stress, local_rows=False
+        )
+
+    def evaluate_rows(
+        self,
+        view: HaloView,
+        positions: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        properties: Iterable[str] = _DEFAULT_PROPERTIES,
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate with every local row's position given (owned, then ghosts at their image
+        positions), as LAMMPS lays them out.
+
+        Per-atom outputs cover all local rows: "forces" on a ghost row is the contribution
+        that must be added to its owner (LAMMPS's reverse communication does that), so the
+        rows also give the virial as sum(x * f). Forces always come from autograd of the
+        owned partial energy here, so the model's energies must be differentiable.
+        """
+        if positions.shape[0] != view.n_local:
+            raise ValueError(f"expected {view.n_local} local positions, got {positions.shape[0]}")
+        _, want_stress = self._wanted(properties)
+        leaf = positions.detach().requires_grad_("forces" in set(properties))
+        with torch.enable_grad():
+            rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
+        return self._evaluate(view, leaf, rows, cell, pbc, want_stress, local_rows=True)
+
+    def _wanted(self, properties: Iterable[str]) -> tuple[bool, bool]:
+        properties = set(properties)
+        derived = self.model.model_config.autograd_outputs
+        return (
+            "forces" in properties and "forces" in derived,
+            "stress" in properties and "stress" in derived,
+        )
+
+    def _evaluate(
+        self,
+        view: HaloView,
+        leaf: torch.Tensor,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        want_stress: bool,
+        local_rows: bool,
+    ) -> dict[str, torch.Tensor]:
+        cell = cell.detach()
+        strain = new_strain(1, leaf, want_stress) if want_stress else None
+        with torch.enable_grad():
             run_cell = cell
             if strain is not None:
-                row_graph = torch.zeros(n_rows, dtype=torch.long, device=rows.device)
+                row_graph = torch.zeros(view.n_rows, dtype=torch.long, device=rows.device)
                 rows, run_cell = apply_strain(rows, cell, row_graph, strain)
-            batch = self._view_batch(view, rows, run_cell, owned.pbc)
+            batch = self._view_batch(view, rows, run_cell, pbc)
             out = self._run_model(view, batch)
             energies = out.get("energies")
-            self._check_energies(energies, n_rows)
-            partial = energies[:n_owned].sum()
-            derived = energy_derivatives(partial, leaf, strain, cell, want_forces, want_stress)
+            self._check_energies(energies, view.n_rows)
+            partial = energies[: view.n_owned].sum()
+            derived = energy_derivatives(
+                partial, leaf, strain, cell, leaf.requires_grad, want_stress
+            )
         self._check_indices = False
-        return self._consolidate(view, out, partial, derived)
+        return self._consolidate(view, out, partial, derived, local_rows)
 
     def _view_batch(
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
@@ -221,6 +267,20 @@ class DistributedModel(nn.Module):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
 
+    def _per_node(
+        self, name: str, value: torch.Tensor, view: HaloView, local_rows: bool
+    ) -> torch.Tensor:
+        gradient = name in self.spec.gradient_outputs
+        if not local_rows:
+            if gradient:
+                value = halo_reverse(value, view.plan, self.comm)
+            return value[: view.n_owned].detach()
+        if gradient:
+            return value[: view.n_local].detach()
+        rows = torch.zeros_like(value[: view.n_local])
+        rows[: view.n_owned] = value[: view.n_owned]
+        return rows.detach()
+
     @staticmethod
     def _check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
         if energies is None:
@@ -241,7 +301,10 @@ class DistributedModel(nn.Module):
         out: dict[str, torch.Tensor],
         partial: torch.Tensor,
         derived: dict[str, torch.Tensor],
+        local_rows: bool,
     ) -> dict[str, torch.Tensor]:
+        """Detached results by OutputKind; per-atom ones for owned rows, or for all local rows
+        (ghost rows zero unless the output is a gradient) when `local_rows`."""
         n_owned = view.n_owned
         kinds = self.spec.output_kinds
         if self.spec.gradient_outputs and "energy" in out:
@@ -262,14 +325,12 @@ class DistributedModel(nn.Module):
                     f"output {name!r} has no OutputKind in the spec's output_kinds"
                 )
             if kind is OutputKind.PER_NODE:
-                if name in self.spec.gradient_outputs:
-                    value = halo_reverse(value, view.plan, self.comm)
-                result[name] = value[:n_owned].detach()
+                result[name] = self._per_node(name, value, view, local_rows)
             elif kind is OutputKind.PER_GRAPH:
                 result[name] = self.comm.all_reduce(value.detach(), "sum")
             else:
                 result[name] = value.detach()
-        result["energies"] = out["energies"][:n_owned].detach()
+        result["energies"] = self._per_node("energies", out["energies"], view, local_rows)
         result["energy"] = all_reduce_sum(partial.detach().reshape(1), self.comm)
         if "forces" in derived:
             result["forces"] = derived["forces"].detach()

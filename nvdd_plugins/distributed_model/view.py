@@ -11,7 +11,7 @@ from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_, halo_forward
 from nvdd_plugins.decomposition import SpatialPartitioner
 from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
 
-__all__ = ["HaloView", "build_halo_view"]
+__all__ = ["HaloView", "assemble_view", "build_halo_view"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,56 @@ def _receive_ghosts(
     return owner_rank, incoming[:, 0], incoming[:, 1:]
 
 
+def assemble_view(
+    plan: HaloPlan,
+    local_positions: torch.Tensor,
+    image_units: torch.Tensor,
+    atomic_numbers: torch.Tensor,
+    global_ids: torch.Tensor,
+    pairs: torch.Tensor,
+    pair_units: torch.Tensor,
+    padding_species: int,
+    node_capacity: Callable[[int], int],
+    edge_capacity: Callable[[int], int],
+    spacing: float,
+) -> HaloView:
+    """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
+
+    Padding rows get `padding_species`, id -1 and far-apart positions (`spacing` Å apart,
+    beyond every local atom); empty edge slots hold the sentinel `n_rows`. The row count is
+    bumped until it differs from the slot count and from 1.
+    """
+    device = local_positions.device
+    n_local = plan.n_local
+    slots = edge_capacity(pairs.shape[1])
+    n_rows = node_capacity(n_local)
+    while n_rows in (slots, 1):
+        n_rows += 1
+    n_pad = n_rows - n_local
+
+    def padded(rows: torch.Tensor, fill: int) -> torch.Tensor:
+        return torch.cat([rows, rows.new_full((n_pad, *rows.shape[1:]), fill)])
+
+    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    edge_index[:, : pairs.shape[1]] = pairs
+    edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
+    edge_units[: pairs.shape[1]] = pair_units
+    reach = local_positions.abs().max() if n_local else local_positions.new_zeros(())
+    steps = torch.arange(1, n_pad + 1, device=device, dtype=local_positions.dtype)
+    padding = local_positions.new_zeros(n_pad, 3)
+    padding[:, 0] = reach + 10.0 * spacing + 2.0 * spacing * steps
+    return HaloView(
+        plan=plan,
+        n_rows=n_rows,
+        image_units=padded(image_units, 0),
+        atomic_numbers=padded(atomic_numbers.long(), padding_species),
+        global_ids=padded(global_ids.long(), -1),
+        edge_index=edge_index,
+        edge_unit_shifts=edge_units,
+        padding_positions=padding,
+    )
+
+
 def build_halo_view(
     comm: Communicator,
     partitioner: SpatialPartitioner,
@@ -120,43 +170,28 @@ def build_halo_view(
     width = partitioner.halo_width
     owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions)
     plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row).to(device)
-    n_local = plan.n_local
+
+    def local_rows(owned: torch.Tensor) -> torch.Tensor:
+        rows = torch.cat([owned, owned.new_zeros((plan.n_ghost, *owned.shape[1:]))])
+        return fill_ghosts_(rows, plan, comm)
 
     _, wrap = partitioner.home_fractional(owned_positions)
     units = torch.cat([-wrap, ghost_units.to(device)])
     with torch.no_grad():
-        local = torch.cat([owned_positions, owned_positions.new_zeros(plan.n_ghost, 3)])
-        local = fill_ghosts_(local, plan, comm) + units.to(cell.dtype) @ cell
+        local = local_rows(owned_positions) + units.to(cell.dtype) @ cell
     wrapped = partitioner.wrapped_axes.to(device)
     listed = build_neighbor_list(local, cell, wrapped, width)
     touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)
-    pairs, pair_units = listed.edge_index[:, touches_owned], listed.unit_shifts[touches_owned]
-
-    slots = edge_capacity(pairs.shape[1])
-    n_rows = node_capacity(n_local)
-    while n_rows in (slots, 1):
-        n_rows += 1
-    n_pad = n_rows - n_local
-
-    def rows_of(owned: torch.Tensor, fill: int) -> torch.Tensor:
-        rows = owned.new_full((n_rows, *owned.shape[1:]), fill)
-        rows[:n_owned] = owned
-        return fill_ghosts_(rows, plan, comm)
-
-    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-    edge_index[:, : pairs.shape[1]] = pairs
-    edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
-    edge_units[: pairs.shape[1]] = pair_units
-    far = (local.abs().max() if n_local else local.new_zeros(())) + 10.0 * width
-    padding = local.new_zeros(n_pad, 3)
-    padding[:, 0] = far + 2.0 * width * torch.arange(1, n_pad + 1, device=device, dtype=local.dtype)
-    return HaloView(
-        plan=plan,
-        n_rows=n_rows,
-        image_units=torch.cat([units, units.new_zeros(n_pad, 3)]),
-        atomic_numbers=rows_of(owned_numbers.long(), padding_species),
-        global_ids=rows_of(owned_ids.long(), -1),
-        edge_index=edge_index,
-        edge_unit_shifts=edge_units,
-        padding_positions=padding,
+    return assemble_view(
+        plan,
+        local,
+        units,
+        local_rows(owned_numbers.long()),
+        local_rows(owned_ids.long()),
+        listed.edge_index[:, touches_owned],
+        listed.unit_shifts[touches_owned],
+        padding_species,
+        node_capacity,
+        edge_capacity,
+        width,
     )

@@ -54,3 +54,31 @@ def lennard_jones(
 def _(positions, edge_index, shifts, epsilon, sigma, cutoff, shift_energy):
     n = positions.shape[0]
     return positions.new_empty(n), positions.new_empty(n, 3), positions.new_empty(n, 3, 3)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    positions, edge_index, shifts, epsilon, sigma, cutoff, _ = inputs
+    ctx.save_for_backward(positions, edge_index, shifts)
+    ctx.parameters = (epsilon, sigma, cutoff)
+
+
+def _backward(ctx, grad_energies, grad_forces, grad_virials):
+    """Gradient of the per-atom energies only (forces and virials are not differentiable)."""
+    positions, edge_index, shifts = ctx.saved_tensors
+    epsilon, sigma, cutoff = ctx.parameters
+    i, j = edge_index[0], edge_index[1]
+    rij = positions[j] - positions[i] + shifts
+    r2 = (rij * rij).sum(-1)
+    inside = r2 < cutoff * cutoff
+    r2 = torch.where(inside, r2, torch.ones_like(r2))
+    c6 = (sigma * sigma / r2) ** 3
+    dphi_over_r = torch.where(inside, -24.0 * epsilon * (2.0 * c6 * c6 - c6) / r2, 0.0)
+    # d(1/2 g_i phi(r_ij)) / d r_ij, per edge
+    grad_rij = (0.5 * grad_energies[i] * dphi_over_r).unsqueeze(-1) * rij
+    grad_positions = (
+        torch.zeros_like(positions).index_add_(0, j, grad_rij).index_add_(0, i, -grad_rij)
+    )
+    return grad_positions, None, grad_rij, None, None, None, None
+
+
+lennard_jones.register_autograd(_backward, setup_context=_setup_context)
