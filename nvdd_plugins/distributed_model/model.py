@@ -305,7 +305,6 @@ class DistributedModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Detached results by OutputKind; per-atom ones for owned rows, or for all local rows
         (ghost rows zero unless the output is a gradient) when `local_rows`."""
-        n_owned = view.n_owned
         kinds = self.spec.output_kinds
         if self.spec.gradient_outputs and "energy" in out:
             model_energy = out["energy"].detach().sum()
