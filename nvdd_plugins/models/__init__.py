@@ -11,11 +11,13 @@ from nvdd_plugins.models.base import (
 )
 from nvdd_plugins.models.evaluate import ModelEvaluator, evaluate_model
 from nvdd_plugins.models.lennard_jones import LennardJonesModel
+from nvdd_plugins.models.mace import MACEWrapper
 from nvdd_plugins.models.mpnn import SimpleMPNN
 
 __all__ = [
     "BaseModelMixin",
     "LennardJonesModel",
+    "MACEWrapper",
     "ModelConfig",
     "ModelEvaluator",
     "ModelInputs",

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from nvdd_plugins.comm import Communicator
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
 from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
+
+MACE_AVAILABLE = importlib.util.find_spec("mace") is not None
+if MACE_AVAILABLE:
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import mace_calculator_reference, tiny_mace, with_two_species
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,6 +35,14 @@ def _all_cases(comm: Communicator) -> dict[str, dict[str, float]]:
         result = replicated(comm, model, slab, ("energy", "forces", "stress"), grid=grid)
         ref = reference(model, slab, ("energy", "forces", "stress"))
         report[f"{model_name}/slab-z-split"] = errors(result, ref, len(slab))
+    if MACE_AVAILABLE:
+        model = tiny_mace()
+        wrapper = MACEWrapper(model)
+        for system in ("bulk", "slab"):
+            atoms = with_two_species(SYSTEMS[system]())
+            ref = mace_calculator_reference(model, atoms)
+            result = replicated(comm, wrapper, atoms, properties_for(atoms))
+            report[f"mace/{system}"] = errors(result, ref, len(atoms))
     return report
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 from ase import units
 from ase.calculators.lj import LennardJones
@@ -23,18 +25,45 @@ def single_rank(model):
     return DomainDecomposedCalculator(model, comm=SimulatedMesh(1).communicator(0))
 
 
-def compare(atoms, calc, reference, label):
+def results_of(atoms, calc):
     atoms = atoms.copy()
-    ref = atoms.copy()
-    atoms.calc, ref.calc = calc, reference
-    de = abs(atoms.get_potential_energy() - ref.get_potential_energy()) / len(atoms)
-    df = np.abs(atoms.get_forces() - ref.get_forces()).max()
+    atoms.calc = calc
+    result = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces()}
+    if atoms.cell.rank == 3:
+        result["stress"] = atoms.get_stress()
+    return result
+
+
+def compare(atoms, calc, reference, label):
+    """`reference`: an ASE calculator, or a dict of energy/forces/stress (Voigt)."""
+    ref = reference if isinstance(reference, dict) else results_of(atoms, reference)
+    atoms = atoms.copy()
+    atoms.calc = calc
+    de = abs(atoms.get_potential_energy() - ref["energy"]) / len(atoms)
+    df = np.abs(atoms.get_forces() - ref["forces"]).max()
     assert de < ENERGY_PER_ATOM_TOL and df < FORCES_TOL, (label, de, df)
     if atoms.cell.rank == 3:
-        ds = np.abs(atoms.get_stress() - ref.get_stress()).max()
+        ds = np.abs(atoms.get_stress() - ref["stress"]).max()
         assert ds < STRESS_TOL, (label, ds)
     forces = world.allgather(atoms.get_forces())
     assert all(np.array_equal(f, forces[0]) for f in forces), (label, "ranks disagree")
+
+
+def check_mace():
+    """MACE through the calculator against mace-torch's own MACECalculator."""
+    from ase.stress import full_3x3_to_voigt_6_stress
+
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import mace_calculator_reference, tiny_mace, with_two_species
+
+    model = tiny_mace()
+    for name in ("bulk", "slab", "cluster"):
+        atoms = with_two_species(SYSTEMS[name]())
+        ref = mace_calculator_reference(model, atoms)
+        expected = {"energy": float(ref["energy"][0]), "forces": ref["forces"].numpy()}
+        if "stress" in ref:
+            expected["stress"] = full_3x3_to_voigt_6_stress(ref["stress"][0].numpy())
+        compare(atoms, DomainDecomposedCalculator(MACEWrapper(model)), expected, f"mace/{name}")
 
 
 def trajectory(calc, thermostat):
@@ -62,6 +91,8 @@ def main() -> None:
         compare(build(), DomainDecomposedCalculator(lj_model()), ase_lj, f"lj/{name}")
         mpnn = mpnn_model()
         compare(build(), DomainDecomposedCalculator(mpnn), single_rank(mpnn), f"mpnn/{name}")
+    if importlib.util.find_spec("mace") is not None:
+        check_mace()
     print(f"rank {world.rank}: static OK", flush=True)
 
     for thermostat in (False, True):

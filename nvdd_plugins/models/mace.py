@@ -1,0 +1,100 @@
+"""`MACEWrapper`: mace-torch models (MACE, ScaleShiftMACE) as nvdd model wrappers.
+
+The wrapper hands mace its prebuilt graph (positions, edges, shifts, one-hot species) and
+returns per-atom energies; the framework derives forces and stress by autograd. Every mace
+aggregation is a `scatter_add_` onto receivers, so `SPEC_MPNN_HALO` distributes it.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+
+import torch
+from torch import nn
+
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
+
+__all__ = ["MACEWrapper"]
+
+
+class MACEWrapper(nn.Module, BaseModelMixin):
+    """Wrap a mace-torch model.
+
+    Args:
+        model: a mace `MACE` / `ScaleShiftMACE` module (float32 or float64).
+        head: head name for multi-head models (default: the first head).
+
+    Pairs beyond `r_max` get exactly zero weight in mace (its polynomial cutoff is
+    multiplied by r < r_max and its radial MLP has no biases), so Verlet pairs are accepted.
+    """
+
+    def __init__(self, model: nn.Module, head: str | None = None) -> None:
+        super().__init__()
+        self.model = model
+        zs = [int(z) for z in model.atomic_numbers]
+        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long)
+        lookup[torch.tensor(zs)] = torch.arange(len(zs))
+        self.register_buffer("species_index", lookup, persistent=False)
+        heads = list(getattr(model, "heads", ["default"]))
+        self.head_index = heads.index(head) if head is not None else 0
+        self.model_config = ModelConfig(
+            outputs=frozenset({"energy", "energies", "forces", "stress"}),
+            autograd_outputs=frozenset({"forces", "stress"}),
+            autograd_inputs=frozenset({"positions"}),
+            neighbor_config=NeighborConfig(cutoff=float(model.r_max), accepts_skin_pairs=True),
+        )
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | PathLike[str],
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        head: str | None = None,
+    ) -> MACEWrapper:
+        """Load a mace model saved with `torch.save(model)` (a trusted file)."""
+        import mace  # noqa: F401  (optional dependency; sets mace's torch.load defaults)
+
+        model = torch.load(path, map_location=device, weights_only=False)
+        return cls(model.to(dtype), head=head)
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per-atom and per-system energies (eV), E0 included."""
+        inputs = self.adapt_input(batch)
+        numbers = inputs.atomic_numbers
+        if bool((numbers >= self.species_index.shape[0]).any()):
+            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
+        species = self.species_index[numbers]
+        if bool((species < 0).any()):
+            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
+        dtype = inputs.positions.dtype
+        n_species = int((self.species_index >= 0).sum())
+        node_attrs = nn.functional.one_hot(species, n_species).to(dtype)
+        ptr = torch.cat(
+            [
+                inputs.batch_idx.new_zeros(1),
+                torch.cumsum(torch.bincount(inputs.batch_idx, minlength=inputs.num_graphs), 0),
+            ]
+        )
+        data = {
+            "positions": inputs.positions,
+            "edge_index": inputs.edge_index,
+            "shifts": inputs.shifts,
+            "unit_shifts": torch.zeros_like(inputs.shifts),
+            "cell": inputs.cell.reshape(-1, 3),
+            "node_attrs": node_attrs,
+            "batch": inputs.batch_idx,
+            "ptr": ptr,
+            "head": torch.full((inputs.num_graphs,), self.head_index, device=numbers.device),
+        }
+        out = self.model(data, training=False, compute_force=False)
+        energies = out["node_energy"].to(dtype)
+        energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
+        return {"energies": energies, "energy": energy}
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`SPEC_MPNN_HALO` for the halo strategy."""
+        return SPEC_MPNN_HALO if strategy in (None, StrategyKind.HALO) else None

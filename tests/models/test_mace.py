@@ -1,0 +1,47 @@
+"""MACEWrapper equals mace-torch's own MACECalculator, single process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("mace")
+
+from nvdd_plugins import Batch  # noqa: E402
+from nvdd_plugins.models import MACEWrapper, evaluate_model  # noqa: E402
+from tests.helpers.mace_models import (  # noqa: E402
+    mace_calculator_reference,
+    tiny_mace,
+    with_two_species,
+)
+from tests.helpers.oracle import assert_close, errors, properties_for  # noqa: E402
+from tests.helpers.systems import SYSTEMS  # noqa: E402
+
+pytestmark = pytest.mark.mace
+
+
+@pytest.mark.parametrize("system", sorted(SYSTEMS))
+def test_matches_mace_calculator(system: str) -> None:
+    model = tiny_mace()
+    atoms = with_two_species(SYSTEMS[system]())
+    ref = mace_calculator_reference(model, atoms)
+    out = evaluate_model(MACEWrapper(model), Batch.from_atoms(atoms), properties_for(atoms))
+    assert_close(errors(out, ref, len(atoms)), system)
+
+
+def test_float32_agrees_with_float64(tmp_path) -> None:
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    path = tmp_path / "tiny.model"
+    torch.save(tiny_mace(), path)
+    wide = evaluate_model(MACEWrapper.from_file(path), Batch.from_atoms(atoms))
+    narrow_model = MACEWrapper.from_file(path, dtype=torch.float32)
+    narrow = evaluate_model(narrow_model, Batch.from_atoms(atoms, dtype=torch.float32))
+    assert float((narrow["forces"].double() - wide["forces"]).abs().max()) < 1e-4
+    assert narrow["forces"].dtype == torch.float32
+
+
+def test_unknown_species_raise() -> None:
+    atoms = SYSTEMS["bulk"]()
+    atoms.numbers[0] = 6
+    with pytest.raises(ValueError, match="not all in the model"):
+        evaluate_model(MACEWrapper(tiny_mace()), Batch.from_atoms(atoms))
