@@ -6,15 +6,15 @@ import pytest
 
 pytest.importorskip("mace")
 
-from nvdd_plugins.comm import run_simulated  # noqa: E402
-from nvdd_plugins.models import MACEWrapper  # noqa: E402
-from tests.helpers.mace_models import (  # noqa: E402
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.models import MACEWrapper
+from tests.helpers.mace_models import (
     mace_calculator_reference,
     tiny_mace,
     with_two_species,
 )
-from tests.helpers.oracle import assert_close, errors, properties_for, replicated  # noqa: E402
-from tests.helpers.systems import SYSTEMS  # noqa: E402
+from tests.helpers.oracle import assert_close, errors, properties_for, replicated
+from tests.helpers.systems import SYSTEMS
 
 pytestmark = pytest.mark.mace
 

@@ -7,15 +7,15 @@ import torch
 
 pytest.importorskip("mace")
 
-from nvdd_plugins import Batch  # noqa: E402
-from nvdd_plugins.models import MACEWrapper, evaluate_model  # noqa: E402
-from tests.helpers.mace_models import (  # noqa: E402
+from nvdd_plugins import Batch
+from nvdd_plugins.models import MACEWrapper, evaluate_model
+from tests.helpers.mace_models import (
     mace_calculator_reference,
     tiny_mace,
     with_two_species,
 )
-from tests.helpers.oracle import assert_close, errors, properties_for  # noqa: E402
-from tests.helpers.systems import SYSTEMS  # noqa: E402
+from tests.helpers.oracle import assert_close, errors, properties_for
+from tests.helpers.systems import SYSTEMS
 
 pytestmark = pytest.mark.mace
 
