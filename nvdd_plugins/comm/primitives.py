@@ -14,7 +14,14 @@ import torch
 from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.halo_plan import HaloPlan
 
-__all__ = ["all_reduce_sum", "fill_ghosts_", "halo_forward", "halo_forward_", "halo_reverse"]
+__all__ = [
+    "add_ghosts_to_owners",
+    "all_reduce_sum",
+    "fill_ghosts_",
+    "halo_forward",
+    "halo_forward_",
+    "halo_reverse",
+]
 
 
 def fill_ghosts_(x: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
@@ -29,7 +36,8 @@ def fill_ghosts_(x: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.T
     return x
 
 
-def _reverse_exchange(y: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
+def add_ghosts_to_owners(y: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
+    """A copy of `y` with ghost rows added into their owners' rows and zeroed (no autograd)."""
     x = y.clone()
     x[plan.n_owned : plan.n_local] = 0
     if plan.self_dst.numel():
@@ -68,7 +76,7 @@ class _HaloReverse(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, y: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
         ctx.plan, ctx.comm = plan, comm
-        return _reverse_exchange(y, plan, comm)
+        return add_ghosts_to_owners(y, plan, comm)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:

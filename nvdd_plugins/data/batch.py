@@ -40,6 +40,8 @@ class Batch:
             "batch_idx",
             torch.repeat_interleave(torch.arange(len(counts), device=ptr.device), counts),
         )
+        # Sizes as Python ints, so reading them never syncs a GPU or breaks a compiled graph.
+        object.__setattr__(self, "_sizes", (len(counts), int(ptr[-1])))
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -92,12 +94,12 @@ class Batch:
     @property
     def num_graphs(self) -> int:
         """Number of systems."""
-        return self.ptr.shape[0] - 1
+        return self._sizes[0]
 
     @property
     def num_nodes(self) -> int:
         """Total number of atoms."""
-        return int(self.ptr[-1])
+        return self._sizes[1]
 
     @property
     def num_edges(self) -> int:
@@ -168,6 +170,7 @@ class Batch:
         object.__setattr__(self, "_edge", {})
         object.__setattr__(self, "ptr", ptr)
         object.__setattr__(self, "batch_idx", torch.zeros(n, dtype=torch.long, device=ptr.device))
+        object.__setattr__(self, "_sizes", (1, n))
 
     def level_of(self, name: str) -> FieldLevel:
         """Level of a field present in this batch."""

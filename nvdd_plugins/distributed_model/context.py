@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.comm import Communicator, HaloPlan
+import nvdd_plugins.comm.registered_ops  # noqa: F401  (registers torch.ops.nvdd.halo_*)
+from nvdd_plugins.comm import halo_forward_
+from nvdd_plugins.comm.registered_ops import slot_binding
 
 __all__ = ["HaloContext"]
 
@@ -16,18 +18,24 @@ class HaloContext:
     """The local layout of one forward: owned rows, ghost rows, then padding (n_rows total).
 
     `n_rows` never equals the edge count or the number of systems, so a tensor whose
-    leading size is `n_rows` is node-indexed.
+    leading size is `n_rows` is node-indexed. The plan and communicator are reached through
+    `slot` (see `comm.registered_ops`), so a compiled forward does not capture them.
+
+    Attributes:
+        n_rows: padded local rows.
+        n_owned: owned rows (first).
+        owned_mask: (n_rows,) bool.
+        slot: the registered halo slot.
+        in_place: refresh scatter results in place (eager: then a wrapper that forgets to
+            rebind an in-place scatter is still exact); otherwise return a new tensor
+            (compiled forwards, where the rebinding rule applies).
     """
 
-    plan: HaloPlan
-    comm: Communicator
     n_rows: int
+    n_owned: int
     owned_mask: torch.Tensor
-
-    @property
-    def n_owned(self) -> int:
-        """Rows this rank owns."""
-        return self.plan.n_owned
+    slot: int
+    in_place: bool = True
 
     def is_node_indexed(self, tensor: object) -> bool:
         """Whether `tensor` has one row per local atom."""
@@ -39,3 +47,18 @@ class HaloContext:
         """Zero the rows this rank does not own (ghosts and padding)."""
         mask = self.owned_mask.view(-1, *([1] * (tensor.dim() - 1)))
         return torch.where(mask, tensor, torch.zeros((), dtype=tensor.dtype, device=tensor.device))
+
+    def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Ghost rows take their owners' rows (autograd: ghost gradients go to the owners)."""
+        if self.in_place:
+            plan, comm = slot_binding(self.slot)
+            return halo_forward_(tensor, plan, comm)
+        return torch.ops.nvdd.halo_forward(tensor, self.slot)
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Like `refresh`, always out of place (for op arguments and outputs)."""
+        return torch.ops.nvdd.halo_forward(tensor, self.slot)
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (adjoint: the same sum of the gradients)."""
+        return torch.ops.nvdd.all_reduce_sum(tensor, self.slot)

@@ -166,6 +166,7 @@ class HaloDomain:
             self.padding_species,
             self._nodes.fit,
             self._edges.fit,
+            far_pair_padding=self.config.compile,
         )
         self.view = view
         self._reference = positions.clone()

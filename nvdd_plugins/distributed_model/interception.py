@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from nvdd_plugins.comm import halo_forward_
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.distributed_model.transforms import apply_transform
 from nvdd_plugins.errors import DistributionRuleError
@@ -106,7 +105,7 @@ class HaloInterceptionMode(TorchFunctionMode):
         if not isinstance(target, torch.Tensor) or dim is None or dim % max(target.dim(), 1) != 0:
             return func(*args, **kwargs)
         if self.ctx.is_node_indexed(target):
-            return halo_forward_(func(*args, **kwargs), self.ctx.plan, self.ctx.comm)
+            return self.ctx.refresh(func(*args, **kwargs))
         if self.ctx.is_node_indexed(src):
             if reduce not in _SUM_REDUCTIONS:
                 raise DistributionRuleError(
@@ -124,7 +123,7 @@ class HaloInterceptionMode(TorchFunctionMode):
         if not accumulate or not indices:
             return func(*args, **kwargs)
         if self.ctx.is_node_indexed(target):
-            return halo_forward_(func(*args, **kwargs), self.ctx.plan, self.ctx.comm)
+            return self.ctx.refresh(func(*args, **kwargs))
         if self.ctx.is_node_indexed(values) and self.ctx.is_node_indexed(indices[0]):
             _set(args, kwargs, 2, "values", self.ctx.mask_unowned(values))
         return func(*args, **kwargs)

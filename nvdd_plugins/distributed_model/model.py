@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from nvdd_plugins.comm import Communicator, all_reduce_sum, halo_reverse
+from nvdd_plugins.comm.registered_ops import bind_slot, new_slot, release_slot
 from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
@@ -45,13 +47,16 @@ class DistributedModel(nn.Module):
 
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
-        self.model = model
+        self.model = model.prepare_for_compile() if config.compile else model
         self.config = config
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
         self.spec = self._validated_spec(model, config)
         self.domain = HaloDomain(self.comm, config)
         self._check_indices = True
         self._replicated_ids: torch.Tensor | None = None
+        self._slot = new_slot()
+        weakref.finalize(self, release_slot, self._slot)
+        self._compiled: Any = None
 
     @staticmethod
     def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
@@ -70,6 +75,13 @@ class DistributedModel(nn.Module):
         if spec.output_kinds.get("energies") is not OutputKind.PER_NODE:
             raise DistributionRuleError(
                 'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
+            )
+        neighbors = model.model_config.neighbor_config
+        if config.compile and not (neighbors and neighbors.accepts_skin_pairs):
+            raise ValueError(
+                "compile=True runs at fixed shapes without filtering pairs, so it needs a model "
+                "that weighs pairs beyond its cutoff exactly zero (NeighborConfig("
+                "accepts_skin_pairs=True))"
             )
         if model.cutoff > config.cutoff:
             raise ValueError(
@@ -254,18 +266,37 @@ class DistributedModel(nn.Module):
         )
 
     def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
+        bind_slot(self._slot, view.plan, self.comm)
         owned_mask = torch.zeros(view.n_rows, dtype=torch.bool, device=batch.device)
         owned_mask[: view.n_owned] = True
-        ctx = HaloContext(view.plan, self.comm, view.n_rows, owned_mask)
-        distribution = self.spec.distribution
-        mode = HaloInterceptionMode(ctx, distribution.custom_ops, self._check_indices)
+        ctx = HaloContext(
+            view.n_rows, view.n_owned, owned_mask, self._slot, in_place=not self.config.compile
+        )
         try:
-            with replaced_helpers(distribution.third_party_helpers), mode:
-                return self.model(batch)
+            with replaced_helpers(self.spec.distribution.third_party_helpers):
+                if self.config.compile and not self._check_indices:
+                    return self._compiled_forward(batch.device)(batch, ctx)
+                return self._forward_in_mode(batch, ctx, check_indices=self._check_indices)
         except IndexError as err:
             if str(view.n_rows) in str(err):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
+
+    def _compiled_forward(self, device: torch.device) -> Any:
+        """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""
+        if self._compiled is None:
+            # torch 2.13's vectorised C++ code generation fails on small index_add_ targets
+            # (per-system energy sums); scalar C++ code is correct. GPUs use Triton.
+            options = {"cpp.vec_isa_ok": False} if device.type == "cpu" else None
+            self._compiled = torch.compile(self._forward_in_mode, dynamic=False, options=options)
+        return self._compiled
+
+    def _forward_in_mode(
+        self, batch: Batch, ctx: HaloContext, check_indices: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """The model forward under op interception (the part `compile=True` compiles)."""
+        with HaloInterceptionMode(ctx, self.spec.distribution.custom_ops, check_indices):
+            return self.model(batch)
 
     def _per_node(
         self, name: str, value: torch.Tensor, view: HaloView, local_rows: bool

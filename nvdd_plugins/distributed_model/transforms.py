@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import torch
 
-from nvdd_plugins.comm import all_reduce_sum, halo_forward
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec.transforms import (
@@ -26,14 +25,14 @@ def _refresh(value: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
             f"ScatterOutputs/GatherInputs apply to node-indexed tensors ({ctx.n_rows} rows); "
             f"got shape {tuple(value.shape)}"
         )
-    return halo_forward(value, ctx.plan, ctx.comm)
+    return ctx.gather(value)
 
 
 _EXECUTORS: dict[type[Transform], Callable[[torch.Tensor, HaloContext], torch.Tensor]] = {
     ScatterOutputs: _refresh,
     GatherInputs: _refresh,
     SliceOwned: lambda value, ctx: value[: ctx.n_owned],
-    AllReduceSum: lambda value, ctx: all_reduce_sum(value, ctx.comm),
+    AllReduceSum: lambda value, ctx: ctx.all_reduce(value),
 }
 
 

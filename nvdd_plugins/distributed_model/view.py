@@ -53,8 +53,10 @@ class HaloView:
 
     @property
     def n_edges(self) -> int:
-        """Filled edge slots."""
-        return int((self.edge_index[0] < self.n_rows).sum())
+        """Edge slots holding a pair of local atoms."""
+        return int(
+            ((self.edge_index[0] < self.n_local) & (self.edge_index[1] < self.n_local)).sum()
+        )
 
     def positions(
         self, owned_positions: torch.Tensor, cell: torch.Tensor, comm: Communicator
@@ -112,17 +114,20 @@ def assemble_view(
     node_capacity: Callable[[int], int],
     edge_capacity: Callable[[int], int],
     spacing: float,
+    far_pair_padding: bool = False,
 ) -> HaloView:
     """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
 
-    Padding rows get `padding_species`, id -1 and far-apart positions (`spacing` Å apart,
-    beyond every local atom); empty edge slots hold the sentinel `n_rows`. The row count is
-    bumped until it differs from the slot count and from 1.
+    Padding rows get `padding_species`, id -1 and far-apart positions (2 `spacing` Å apart,
+    beyond every local atom). Empty edge slots hold the sentinel `n_rows`, or, with
+    `far_pair_padding` (compiled runs: no data-dependent filtering), a pair of padding rows
+    farther apart than `spacing`, which a cutoff-safe model weighs exactly zero. The row
+    count is bumped until it differs from the slot count and from 1.
     """
     device = local_positions.device
     n_local = plan.n_local
     slots = edge_capacity(pairs.shape[1])
-    n_rows = node_capacity(n_local)
+    n_rows = node_capacity(n_local + 2 if far_pair_padding else n_local)
     while n_rows in (slots, 1):
         n_rows += 1
     n_pad = n_rows - n_local
@@ -131,6 +136,8 @@ def assemble_view(
         return torch.cat([rows, rows.new_full((n_pad, *rows.shape[1:]), fill)])
 
     edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    if far_pair_padding:
+        edge_index[0], edge_index[1] = n_local, n_local + 1
     edge_index[:, : pairs.shape[1]] = pairs
     edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
     edge_units[: pairs.shape[1]] = pair_units
@@ -160,10 +167,12 @@ def build_halo_view(
     padding_species: int,
     node_capacity: Callable[[int], int],
     edge_capacity: Callable[[int], int],
+    far_pair_padding: bool = False,
 ) -> HaloView:
     """Select ghosts, build the plan and the neighbour list of this rank (collective).
 
-    `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes.
+    `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes; see
+    `assemble_view` for `far_pair_padding`.
     """
     device = owned_positions.device
     n_owned = owned_positions.shape[0]
@@ -194,4 +203,5 @@ def build_halo_view(
         node_capacity,
         edge_capacity,
         width,
+        far_pair_padding,
     )

@@ -82,6 +82,7 @@ class ModelInputs:
     cell: torch.Tensor
     pbc: torch.Tensor
     batch_idx: torch.Tensor
+    ptr: torch.Tensor
     num_graphs: int
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -104,7 +105,11 @@ class BaseModelMixin:
         return self.model_config.neighbor_config.cutoff
 
     def adapt_input(self, batch: Batch) -> ModelInputs:
-        """Batch -> model inputs; drops padding edges whose indices are >= n_atoms."""
+        """Batch -> model inputs; drops padding edges whose indices are >= n_atoms.
+
+        Compiled distributed runs carry no such edges (empty slots hold far-apart padding
+        pairs instead), and filtering would give data-dependent shapes, so it is skipped there.
+        """
         n = batch.num_nodes
         edge_index = batch.get("edge_index")
         if edge_index is None:
@@ -115,18 +120,25 @@ class BaseModelMixin:
         shifts = batch.get("shifts")
         if shifts is None:
             shifts = batch.positions.new_zeros(edge_index.shape[1], 3)
-        valid = (edge_index[0] < n) & (edge_index[1] < n)
+        if not torch.compiler.is_compiling():
+            valid = (edge_index[0] < n) & (edge_index[1] < n)
+            edge_index, shifts = edge_index[:, valid], shifts[valid]
         return ModelInputs(
             positions=batch.positions,
             atomic_numbers=batch.atomic_numbers,
-            edge_index=edge_index[:, valid],
-            shifts=shifts[valid],
+            edge_index=edge_index,
+            shifts=shifts,
             cell=batch.cell,
             pbc=batch.pbc,
             batch_idx=batch.batch_idx,
+            ptr=batch.ptr,
             num_graphs=batch.num_graphs,
         )
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
         """The model's distribution contract for `strategy`; None: not distributable."""
         return None
+
+    def prepare_for_compile(self) -> BaseModelMixin:
+        """A wrapper whose forward `torch.compile` can trace (default: this one)."""
+        return self

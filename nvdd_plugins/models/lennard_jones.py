@@ -39,7 +39,8 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
         )
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Energies (eV), forces (eV/Å) and, for systems with a cell, stress (eV/Å³)."""
+        """Energies (eV), forces (eV/Å), stress and per-atom stresses (eV/Å³; NaN for a
+        system without a cell volume)."""
         inputs = self.adapt_input(batch)
         energies, forces, virials = torch.ops.nvdd.lennard_jones(
             inputs.positions,
@@ -57,12 +58,10 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
             "forces": forces,
         }
         volume = torch.linalg.det(inputs.cell).abs()
-        if bool((volume > 0).all()):
-            virial = virials.new_zeros(inputs.num_graphs, 3, 3).index_add_(
-                0, inputs.batch_idx, virials
-            )
-            out["stress"] = virial / volume.view(-1, 1, 1)
-            out["stresses"] = virials / volume[inputs.batch_idx].view(-1, 1, 1)
+        volume = torch.where(volume > 0, volume, torch.nan)  # no stress without a cell volume
+        virial = virials.new_zeros(inputs.num_graphs, 3, 3).index_add_(0, inputs.batch_idx, virials)
+        out["stress"] = virial / volume.view(-1, 1, 1)
+        out["stresses"] = virials / volume[inputs.batch_idx].view(-1, 1, 1)
         return out
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:

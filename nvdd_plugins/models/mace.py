@@ -38,7 +38,9 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long)
         lookup[torch.tensor(zs)] = torch.arange(len(zs))
         self.register_buffer("species_index", lookup, persistent=False)
+        self.n_species = len(zs)
         heads = list(getattr(model, "heads", ["default"]))
+        self.head = head
         self.head_index = heads.index(head) if head is not None else 0
         self.model_config = ModelConfig(
             outputs=frozenset({"energy", "energies", "forces", "stress"}),
@@ -61,24 +63,30 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         model = torch.load(path, map_location=device, weights_only=False)
         return cls(model.to(dtype), head=head)
 
+    def _check_species(self, numbers: torch.Tensor) -> None:
+        known = numbers < self.species_index.shape[0]
+        if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
+            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
+
+    def prepare_for_compile(self) -> MACEWrapper:
+        """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
+        (e3nn code generation off, fx-simplified blocks); same weights and dtype."""
+        from mace.tools.compile import prepare  # optional dependency
+        from mace.tools.scripts_utils import extract_model
+
+        parameter = next(self.model.parameters())
+        model = prepare(extract_model)(model=self.model, map_location=parameter.device)
+        return MACEWrapper(model.to(parameter.dtype), head=self.head)
+
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV), E0 included."""
         inputs = self.adapt_input(batch)
         numbers = inputs.atomic_numbers
-        if bool((numbers >= self.species_index.shape[0]).any()):
-            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
+        if not torch.compiler.is_compiling():
+            self._check_species(numbers)
         species = self.species_index[numbers]
-        if bool((species < 0).any()):
-            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
         dtype = inputs.positions.dtype
-        n_species = int((self.species_index >= 0).sum())
-        node_attrs = nn.functional.one_hot(species, n_species).to(dtype)
-        ptr = torch.cat(
-            [
-                inputs.batch_idx.new_zeros(1),
-                torch.cumsum(torch.bincount(inputs.batch_idx, minlength=inputs.num_graphs), 0),
-            ]
-        )
+        node_attrs = nn.functional.one_hot(species, self.n_species).to(dtype)
         data = {
             "positions": inputs.positions,
             "edge_index": inputs.edge_index,
@@ -87,7 +95,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
             "cell": inputs.cell.reshape(-1, 3),
             "node_attrs": node_attrs,
             "batch": inputs.batch_idx,
-            "ptr": ptr,
+            "ptr": inputs.ptr,
             "head": torch.full((inputs.num_graphs,), self.head_index, device=numbers.device),
         }
         out = self.model(data, training=False, compute_force=False)

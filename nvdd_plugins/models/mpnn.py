@@ -120,7 +120,8 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV)."""
         inputs = self.adapt_input(batch)
-        self._check_cells(inputs.cell, inputs.pbc)
+        if not torch.compiler.is_compiling():
+            self._check_cells(inputs.cell, inputs.pbc)
         i, j = inputs.edge_index
         rij = self._displacements(inputs.positions[j] - inputs.positions[i], inputs, i)
         distance = rij.norm(dim=-1)

@@ -8,10 +8,10 @@ import threading
 import pytest
 import torch
 
-import nvdd_plugins.distributed_model.interception as interception
 import nvdd_plugins.distributed_model.model as distributed_model_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import all_reduce_sum, run_simulated
+from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
 from nvdd_plugins.models.mpnn import _Interaction
@@ -43,7 +43,7 @@ def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(
 def test_without_halo_refresh_the_mpnn_is_wrong(monkeypatch):
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
-    monkeypatch.setattr(interception, "halo_forward_", lambda x, plan, comm: x)
+    monkeypatch.setattr(HaloContext, "refresh", lambda self, x: x)
     result = run_simulated(2, lambda comm: replicated(comm, model, atoms, ("energy", "forces")))[0]
     errs = errors(result, ref, len(atoms))
     assert errs["forces"] > 1e-4 and errs["energy"] > 1e-6
@@ -74,6 +74,7 @@ class _NoSentinelFilter(SimpleMPNN):
             cell=batch.cell,
             pbc=batch.pbc,
             batch_idx=batch.batch_idx,
+            ptr=batch.ptr,
             num_graphs=batch.num_graphs,
         )
 

@@ -25,8 +25,15 @@ def properties_for(atoms: Atoms) -> tuple[str, ...]:
 def reference(
     model: BaseModelMixin, atoms: Atoms, properties: Iterable[str]
 ) -> dict[str, torch.Tensor]:
-    """The model run single-process on the full system."""
-    return evaluate_model(model, Batch.from_atoms(atoms), properties)
+    """The model run single-process on the full system (requested outputs + energies)."""
+    return _requested(evaluate_model(model, Batch.from_atoms(atoms), properties), properties)
+
+
+def _requested(
+    result: dict[str, torch.Tensor], properties: Iterable[str]
+) -> dict[str, torch.Tensor]:
+    keep = {*properties, "energies", "stresses"}
+    return {k: v for k, v in result.items() if k in keep}
 
 
 def replicated(
@@ -40,7 +47,9 @@ def replicated(
     """The model through DistributedModel with every rank holding the full system."""
     config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid)
     distributed = DistributedModel(model, config)
-    result = distributed.evaluate_replicated(Batch.from_atoms(atoms), properties)
+    result = _requested(
+        distributed.evaluate_replicated(Batch.from_atoms(atoms), properties), properties
+    )
     result["n_owned"] = torch.tensor(distributed.domain.view.n_owned)
     return result
 

@@ -1,0 +1,184 @@
+"""LAMMPS files for tests: data files from ase.Atoms, input blocks per case, and their outputs.
+
+LAMMPS wants a lower-triangular cell, so systems are first rotated into that frame
+(`lammps_frame`); references are computed on the rotated atoms and compared by atom id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from ase import Atoms
+from ase.data import atomic_masses, atomic_numbers
+
+NKTV2P = 1.6021765e6  # LAMMPS metal units: eV/Å³ -> bar (src/update.cpp)
+ATTACH_LINES = (
+    'python attach input 1 SELF format p here "from lammps_interface import attach"\n'
+    "python attach invoke\n"
+)
+DETACH_LINES = 'python detach here "from lammps_interface import detach"\npython detach invoke\n'
+_COLUMNS = "id x y z xu yu zu fx fy fz c_pe"
+_THERMO = ("pe", "pxx", "pyy", "pzz", "pxy", "pxz", "pyz", "vol")
+
+
+def lammps_frame(atoms: Atoms) -> Atoms:
+    """`atoms` rotated so the cell is lower triangular (a along x, b in the xy plane)."""
+    atoms = atoms.copy()
+    cell, _ = atoms.cell.standard_form()
+    atoms.set_cell(cell, scale_atoms=True)
+    return atoms
+
+
+def write_data(path: Path, atoms: Atoms, elements: tuple[str, ...]) -> None:
+    """An `atom_style atomic` data file; atom k of `atoms` gets id k + 1."""
+    cell = atoms.cell.array.tolist()
+    if not np.allclose(cell, np.tril(cell)):
+        raise ValueError("rotate the atoms with lammps_frame first")
+    types = {atomic_numbers[e]: k + 1 for k, e in enumerate(elements)}
+    lines = [
+        "nvdd test system",
+        "",
+        f"{len(atoms)} atoms",
+        f"{len(elements)} atom types",
+        "",
+        f"0 {cell[0][0]!r} xlo xhi",
+        f"0 {cell[1][1]!r} ylo yhi",
+        f"0 {cell[2][2]!r} zlo zhi",
+    ]
+    if np.any(np.tril(cell, -1)):
+        lines.append(f"{cell[1][0]!r} {cell[2][0]!r} {cell[2][1]!r} xy xz yz")
+    lines += ["", "Masses", ""]
+    lines += [
+        f"{k + 1} {float(atomic_masses[atomic_numbers[e]])!r}" for k, e in enumerate(elements)
+    ]
+    lines += ["", "Atoms # atomic", ""]
+    for k, (z, x) in enumerate(zip(atoms.numbers, atoms.positions.tolist(), strict=True)):
+        lines.append(f"{k + 1} {types[int(z)]} {x[0]!r} {x[1]!r} {x[2]!r}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One LAMMPS run: a system, a pair style, and what to write.
+
+    Attributes:
+        name: prefix of the output files (<name>.dump/.txt, <name>_md.dump/.txt after MD).
+        data: data file.
+        elements: element of each atom type.
+        model: .pkl file for `pair_style mliap unified`, or None for native lj/cut.
+        boundary: LAMMPS boundary flags.
+        processors: LAMMPS processors grid.
+        ghostneigh: the mliap ghostneigh flag.
+        comm_cutoff: `comm_modify cutoff`, Å (None: LAMMPS's default).
+        md_steps: NVE steps from 300 K after the static evaluation (0: none).
+        lj: (epsilon, sigma, cutoff) for the native style.
+        newton_pair: LAMMPS's newton pair flag.
+    """
+
+    name: str
+    data: str
+    elements: tuple[str, ...]
+    model: str | None
+    boundary: str = "p p p"
+    processors: str = "* * *"
+    ghostneigh: int = 0
+    comm_cutoff: float | None = None
+    md_steps: int = 0
+    lj: tuple[float, float, float] | None = None
+    newton_pair: bool = True
+
+    def block(self) -> str:
+        """The input-script lines of this case (they start with `clear`)."""
+        lines = [
+            "clear",
+            "units metal",
+            f"newton {'on' if self.newton_pair else 'off'}",
+            "atom_style atomic",
+            "atom_modify map array sort 10 1.0",
+            f"boundary {self.boundary}",
+            f"processors {self.processors}",
+            f"read_data {self.data}",
+            "neighbor 1.0 bin",
+            "neigh_modify every 5 delay 0 check no",  # rebuild (and sort) during MD
+        ]
+        if self.comm_cutoff is not None:
+            lines.append(f"comm_modify cutoff {self.comm_cutoff!r}")
+        if self.model is None:
+            epsilon, sigma, cutoff = self.lj
+            lines += [
+                f"pair_style lj/cut {cutoff!r}",
+                f"pair_coeff * * {epsilon!r} {sigma!r}",
+                "pair_modify shift yes",
+            ]
+        else:
+            lines += [
+                f"pair_style mliap unified {self.model} {self.ghostneigh}",
+                f"pair_coeff * * {' '.join(self.elements)}",
+            ]
+        lines += ["compute pe all pe/atom", *_snapshot(self.name)]
+        if self.md_steps:
+            lines += [
+                "velocity all create 300 4928459 loop geom",
+                "fix md all nve",
+                "timestep 0.002",
+                f"run {self.md_steps}",
+                *_snapshot(f"{self.name}_md"),
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _snapshot(prefix: str) -> list[str]:
+    values = " ".join(f"$({key}:%.17g)" for key in _THERMO)
+    return [
+        f"dump snap all custom 1 {prefix}.dump {_COLUMNS}",
+        "dump_modify snap sort id format float %.17g",
+        "run 0",
+        "undump snap",
+        f'print "{values}" file {prefix}.txt screen no',
+    ]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a case wrote at one instant, rows sorted by atom id.
+
+    Attributes:
+        energy: potential energy, eV.
+        pressure: (pxx, pyy, pzz, pxy, pxz, pyz), bar.
+        volume: box volume, Å³.
+        positions, unwrapped: (N, 3) wrapped and unwrapped positions, Å.
+        forces: (N, 3) eV/Å.
+        energies: (N,) per-atom energies, eV.
+    """
+
+    energy: float
+    pressure: np.ndarray
+    volume: float
+    positions: np.ndarray
+    unwrapped: np.ndarray
+    forces: np.ndarray
+    energies: np.ndarray
+
+    def stress(self) -> np.ndarray:
+        """(3, 3) virial stress, eV/Å³, ASE sign (valid when the atoms are at rest)."""
+        xx, yy, zz, xy, xz, yz = self.pressure / NKTV2P
+        return -np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+
+
+def read_snapshot(directory: Path, prefix: str) -> Snapshot:
+    """Read <prefix>.txt and <prefix>.dump written by a case."""
+    thermo = np.loadtxt(directory / f"{prefix}.txt")
+    lines = (directory / f"{prefix}.dump").read_text().splitlines()
+    start = lines.index(f"ITEM: ATOMS {_COLUMNS}") + 1
+    rows = np.array([[float(v) for v in line.split()] for line in lines[start:]])
+    return Snapshot(
+        energy=float(thermo[0]),
+        pressure=thermo[1:7],
+        volume=float(thermo[7]),
+        positions=rows[:, 1:4],
+        unwrapped=rows[:, 4:7],
+        forces=rows[:, 7:10],
+        energies=rows[:, 10],
+    )

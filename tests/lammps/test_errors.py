@@ -1,0 +1,24 @@
+"""Set-ups the bridge cannot serve end with a clear message, never a hang."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lammps.jobs import missing_lammps, run_lmp
+
+if (reason := missing_lammps()) is not None:
+    pytest.skip(reason, allow_module_level=True)
+
+from tests.lammps.cases import model_case
+from tests.lammps.lammps_io import ATTACH_LINES
+
+pytestmark = pytest.mark.lammps
+
+
+def test_newton_pair_off_is_refused(workdir, systems) -> None:
+    """Ghost-row forces need LAMMPS's reverse communication, i.e. newton pair on."""
+    case = model_case("newton_off", "lj.pkl", systems["bulk_ar"], 1, newton_pair=False)
+    (workdir / "in.newton_off").write_text(ATTACH_LINES + case.block())
+    code, output = run_lmp(1, workdir / "in.newton_off", workdir, timeout=120)
+    assert code != 0, output
+    assert "requires newton pair on" in output
