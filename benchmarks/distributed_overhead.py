@@ -1,82 +1,81 @@
-"""DistributedModel overhead at one rank, and ghost fractions at 2/4/8 (simulated) ranks.
+"""DistributedModel at one rank vs the bare model, eager vs compile=True, ghost fractions.
 
-    python benchmarks/distributed_overhead.py [--sizes 4000 32000] [--device cpu] [--json out.json]
+    python benchmarks/distributed_overhead.py --models lj mpnn --sizes 4000 32000
+    python benchmarks/distributed_overhead.py --models lj mace --sizes 100000 --device cuda \\
+        --dtype float32 --compile --json out.json
 
-Row "ratio" = DistributedModel step time / bare model step time, both at steady state (no
-neighbour-list rebuild), measured side by side in this run. The ghost table gives, per rank
-count, the mean and max ghost/owned ratio over ranks.
+"bare" is the single-process evaluation (energy + forces) on a Verlet list with the same
+skin, "DD@1" the DistributedModel on one rank, both at steady state (no rebuild) and measured
+side by side in this run. With --compile the compiled DistributedModel is timed too, and the
+number of graphs compiled after its warm-up is reported (0 = no recompiles). The ghost table
+gives the ghost/owned ratio per rank of a simulated decomposition at --ranks.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import time
 
 import torch
-from neighbor_list import fcc_crystal
+from common import fcc_batch, mace_model, median_seconds, write_json
+from torch._dynamo.utils import counters
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.models import LennardJonesModel, SimpleMPNN, evaluate_model
-from nvdd_plugins.models.evaluate import attach_neighbor_list
+from nvdd_plugins.models import LennardJonesModel, MACEWrapper, ModelEvaluator, SimpleMPNN
+
+# model name -> (factory(dtype), fcc lattice constant Å, species)
+MODELS = {
+    "lj": (lambda dtype: LennardJonesModel(0.0104, 3.4, 8.5, shift=True), 5.26, (18,)),
+    "mpnn": (lambda dtype: SimpleMPNN(cutoff=5.0, hidden=32).to(dtype), 3.61, (29,)),
+    "mace": (lambda dtype: MACEWrapper(mace_model("small", (29,), dtype)), 3.61, (29,)),
+    "mace-tiny": (lambda dtype: MACEWrapper(mace_model("tiny", (29,), dtype)), 3.61, (29,)),
+}
 
 
-def make_batch(n_atoms: int, dtype: torch.dtype, device: torch.device) -> Batch:
-    """An fcc argon-like crystal of about `n_atoms` atoms."""
-    positions, cell = fcc_crystal(n_atoms, 5.26, 0.1, dtype, device)
-    n = positions.shape[0]
-    return Batch(
-        {"positions": positions, "atomic_numbers": torch.full((n,), 18, device=device)},
-        {},
-        {"cell": cell.unsqueeze(0), "pbc": torch.ones(1, 3, dtype=torch.bool, device=device)},
-        torch.tensor([0, n], device=device),
-    )
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, repeats: int, device: torch.device) -> float:
-    """Median wall time (s) of `fn()` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def overhead(model, n_atoms: int, repeats: int, device: torch.device, dtype: torch.dtype) -> dict:
-    """Bare model vs DistributedModel (1 rank), energy + forces, steady state."""
-    batch = make_batch(n_atoms, dtype, device)
-    bare_batch = batch.to()
-    attach_neighbor_list(bare_batch, model.cutoff)
-    bare = timed(lambda: evaluate_model(model, bare_batch), repeats, device)
+def _owned(batch: Batch) -> Batch:
     owned = batch.to()
-    owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=device))
-    distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, skin=0.5))
+    owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
+    return owned
+
+
+def compare(model, batch: Batch, skin: float, repeats: int, compile_: bool) -> dict:
+    """Step times of the bare model, DistributedModel at one rank and, optionally, compiled."""
+    device = batch.device
+    bare = ModelEvaluator(model, skin)
+    row = {"atoms": batch.num_nodes, "bare_s": median_seconds(lambda: bare(batch), repeats, device)}
+    distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, skin=skin))
+    owned = _owned(batch)
     distributed.setup(owned)
-    dd = timed(lambda: distributed(owned), repeats, device)
-    return {"atoms": owned.num_nodes, "bare_s": bare, "dd_s": dd, "ratio": dd / bare}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    row["dd_s"] = median_seconds(lambda: distributed(owned), repeats, device)
+    row["ratio"] = row["dd_s"] / row["bare_s"]
+    if device.type == "cuda":
+        row["peak_bytes_per_atom"] = torch.cuda.max_memory_allocated(device) / batch.num_nodes
+    if compile_:
+        config = DomainConfig(cutoff=model.cutoff, skin=skin, compile=True)
+        compiled = DistributedModel(model, config)
+        owned = _owned(batch)
+        compiled.setup(owned)
+        for _ in range(3):
+            compiled(owned)
+        graphs = counters["stats"]["unique_graphs"]
+        row["compiled_s"] = median_seconds(lambda: compiled(owned), repeats, device, warmup=0)
+        row["compile_speedup"] = row["dd_s"] / row["compiled_s"]
+        row["recompiles_after_warmup"] = counters["stats"]["unique_graphs"] - graphs
+    return row
 
 
 def ghost_fractions(n_atoms: int, world_size: int, cutoff: float, skin: float) -> dict:
-    """Ghost/owned ratio per rank of a simulated decomposition."""
-    batch = make_batch(n_atoms, torch.float64, torch.device("cpu"))
+    """Ghost/owned ratio per rank of a simulated decomposition of an fcc argon crystal."""
+    batch = fcc_batch(n_atoms, 5.26, (18,), torch.float64, torch.device("cpu"))
     model = LennardJonesModel(0.0104, 3.4, cutoff)
 
     def per_rank(comm):
         distributed = DistributedModel(model, DomainConfig(cutoff=cutoff, skin=skin, mesh=comm))
         distributed.setup(batch)
-        ids = distributed.domain.select_owned(batch.positions)
+        ids = distributed.domain.select_owned(batch.positions, batch.cell[0])
         owned = batch.select_nodes(ids)
         owned.add_node_property("global_ids", ids)
         view = distributed.domain.build(owned)
@@ -94,49 +93,55 @@ def ghost_fractions(n_atoms: int, world_size: int, cutoff: float, skin: float) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["lj", "mpnn"], choices=sorted(MODELS))
     parser.add_argument("--sizes", type=int, nargs="+", default=[4000, 32000])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--skin", type=float, default=0.5, help="Verlet skin, Å")
+    parser.add_argument("--compile", action="store_true", help="also time compile=True")
+    parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8])
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    models = {
-        "lj": LennardJonesModel(0.0104, 3.4, 8.5, shift=True),
-        "mpnn": SimpleMPNN(cutoff=5.0, hidden=32).to(dtype),
-    }
+    print(f"# {args.device} {args.dtype}, skin {args.skin} Å, energy + forces per step")
     print(
-        f"# {platform.node()} {platform.processor() or platform.machine()} "
-        f"torch {torch.__version__} threads {torch.get_num_threads()} {device} {args.dtype}"
+        f"{'model':>9} {'atoms':>8} {'bare[s]':>9} {'DD@1[s]':>9} {'ratio':>6}"
+        + (f" {'compiled[s]':>11} {'speedup':>7} {'recompiles':>10}" if args.compile else "")
     )
-    print(f"{'model':>6} {'atoms':>8} {'bare[s]':>10} {'DD@1[s]':>10} {'ratio':>7}")
-    results = {"overhead": [], "ghosts": []}
-    for name, model in models.items():
-        model = model.to(device)
+    results: dict = {"args": vars(args), "overhead": [], "ghosts": []}
+    for name in args.models:
+        factory, lattice, species = MODELS[name]
+        model = factory(dtype).to(device)
         for size in args.sizes:
-            row = {"model": name, **overhead(model, size, args.repeats, device, dtype)}
+            batch = fcc_batch(size, lattice, species, dtype, device)
+            row = {"model": name, **compare(model, batch, args.skin, args.repeats, args.compile)}
             results["overhead"].append(row)
+            line = (
+                f"{name:>9} {row['atoms']:8d} {row['bare_s']:9.4f} {row['dd_s']:9.4f} "
+                f"{row['ratio']:6.3f}"
+            )
+            if args.compile:
+                line += (
+                    f" {row['compiled_s']:11.4f} {row['compile_speedup']:7.2f} "
+                    f"{row['recompiles_after_warmup']:10d}"
+                )
+            print(line, flush=True)
+    if args.ranks:
+        size = max(args.sizes)
+        print(
+            f"\n{'ranks':>6} {'grid':>10} {'ghost/owned':>12} {'max':>7}   "
+            f"(fcc Ar, {size} atoms, cutoff 8.5 + skin {args.skin} Å)"
+        )
+        for world_size in args.ranks:
+            row = ghost_fractions(size, world_size, 8.5, args.skin)
+            results["ghosts"].append(row)
             print(
-                f"{name:>6} {row['atoms']:8d} {row['bare_s']:10.4f} {row['dd_s']:10.4f} "
-                f"{row['ratio']:7.3f}",
+                f"{world_size:6d} {tuple(row['grid'])!s:>10} "
+                f"{row['mean_ghost_per_owned']:12.3f} {row['max_ghost_per_owned']:7.3f}",
                 flush=True,
             )
-    print(
-        f"\n{'ranks':>6} {'grid':>10} {'ghost/owned mean':>17} {'max':>7}   "
-        f"({max(args.sizes)} atoms, cutoff 8.5 + skin 0.5 Å)"
-    )
-    for world_size in args.ranks:
-        row = ghost_fractions(max(args.sizes), world_size, 8.5, 0.5)
-        results["ghosts"].append(row)
-        print(
-            f"{world_size:6d} {tuple(row['grid'])!s:>10} "
-            f"{row['mean_ghost_per_owned']:17.3f} {row['max_ghost_per_owned']:7.3f}",
-            flush=True,
-        )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -15,30 +15,9 @@ import statistics
 import time
 
 import torch
+from common import fcc_crystal, synchronize
 
 from nvdd_plugins.geometry import build_neighbor_list
-
-FCC_BASIS = ((0.0, 0.0, 0.0), (0.0, 0.5, 0.5), (0.5, 0.0, 0.5), (0.5, 0.5, 0.0))
-
-
-def fcc_crystal(
-    n_atoms: int, lattice: float, rattle: float, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cubic fcc supercell with about ``n_atoms`` atoms, randomly displaced by ``rattle`` Å."""
-    repeats = max(1, round((n_atoms / 4) ** (1.0 / 3.0)))
-    grid = torch.stack(
-        torch.meshgrid(*(torch.arange(repeats, dtype=torch.float64),) * 3, indexing="ij"), dim=-1
-    ).reshape(-1, 1, 3)
-    positions = ((grid + torch.tensor(FCC_BASIS, dtype=torch.float64)) * lattice).reshape(-1, 3)
-    generator = torch.Generator().manual_seed(0)
-    positions += rattle * torch.randn(positions.shape, generator=generator, dtype=torch.float64)
-    cell = torch.eye(3, dtype=torch.float64) * (repeats * lattice)
-    return positions.to(device, dtype), cell.to(device, dtype)
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_build(
@@ -50,10 +29,10 @@ def time_build(
         edges = build_neighbor_list(positions, cell, True, cutoff).num_edges
     times = []
     for _ in range(repeats):
-        _synchronize(positions.device)
+        synchronize(positions.device)
         start = time.perf_counter()
         nl = build_neighbor_list(positions, cell, True, cutoff)
-        _synchronize(positions.device)
+        synchronize(positions.device)
         times.append(time.perf_counter() - start)
         edges = nl.num_edges
     return times, edges

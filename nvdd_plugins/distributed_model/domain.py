@@ -67,8 +67,10 @@ class HaloDomain:
     def _follow_cell(self, cell: torch.Tensor, device: torch.device) -> SpatialPartitioner:
         """The partitioner for the current cell (rebuilt only when the cell changed)."""
         partitioner = self._partitioner()
+        current = partitioner.frame.box
         frame = partitioner.frame.to(device, cell.dtype).with_cell(cell)
-        if torch.equal(frame.box, partitioner.frame.box) and frame.box.device == device:
+        same_place = current.device == device and current.dtype == cell.dtype
+        if same_place and torch.equal(frame.box, current):
             return partitioner
         self.partitioner = SpatialPartitioner(
             frame, self.comm.size, partitioner.grid, self.config.halo_width
@@ -90,10 +92,10 @@ class HaloDomain:
         flag = torch.tensor([local], dtype=torch.float64)
         return bool(self.comm.all_reduce(flag, "max")[0] > 0)
 
-    def destinations(self, positions: torch.Tensor) -> torch.Tensor:
+    def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owner rank of each of this rank's atoms; with hysteresis, atoms within that
         distance of this sub-domain stay."""
-        partitioner = self._partitioner()
+        partitioner = self._follow_cell(cell, positions.device)
         dest = partitioner.rank_of(positions)
         h = self.config.migration_hysteresis
         if h > 0 and positions.shape[0]:
@@ -124,7 +126,7 @@ class HaloDomain:
     def migrate(self, owned: Batch) -> None:
         """Send atoms that left this sub-domain to their new owners; keep the batch sorted by
         global id. Collective; replaces the per-atom fields of `owned` in place."""
-        dest = self.destinations(owned.positions.detach())
+        dest = self.destinations(owned.positions.detach(), owned.cell[0].detach())
         me = self.comm.rank
         leaving = {
             int(q): torch.nonzero(dest == q).flatten() for q in torch.unique(dest) if q != me
@@ -145,11 +147,11 @@ class HaloDomain:
         order = torch.argsort(fields["global_ids"])
         owned.set_nodes({name: value[order] for name, value in fields.items()})
 
-    def select_owned(self, positions: torch.Tensor) -> torch.Tensor:
+    def select_owned(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Indices of the atoms this rank owns when every rank holds the full system."""
-        return torch.nonzero(
-            self._partitioner().rank_of(positions.detach()) == self.comm.rank
-        ).flatten()
+        partitioner = self._follow_cell(cell.detach(), positions.device)
+        owners = partitioner.rank_of(positions.detach())
+        return torch.nonzero(owners == self.comm.rank).flatten()
 
     def build(self, owned: Batch) -> HaloView:
         """Select ghosts and build plan, view and neighbour list for the current owned atoms."""

@@ -139,7 +139,7 @@ class DistributedModel(nn.Module):
         tracked = full.positions if ids is None else full.positions[ids]
         rebuild = self.domain.needs_rebuild(tracked, full.cell[0])
         if rebuild:
-            ids = self.domain.select_owned(full.positions)
+            ids = self.domain.select_owned(full.positions, full.cell[0])
             self._replicated_ids = ids
         owned = full.select_nodes(ids)
         owned.add_node_property("global_ids", ids)

@@ -24,7 +24,7 @@ def _lammps_like(comm, model, atoms):
     distributed = DistributedModel(model, config)
     distributed.setup(full)
     distributed.domain.partitioner.wrapped_axes[:] = False  # LAMMPS has explicit ghosts only
-    ids = distributed.domain.select_owned(full.positions)
+    ids = distributed.domain.select_owned(full.positions, full.cell[0])
     owned = full.select_nodes(ids)
     owned.add_node_property("global_ids", ids)
     built = distributed.domain.build(owned)

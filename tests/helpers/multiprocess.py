@@ -56,12 +56,17 @@ def _rank_errors(out_dir: str) -> str:
 
 
 def run_gloo(
-    world_size: int, fn: Callable[..., Any], *args: Any, timeout: float = 180.0
+    world_size: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    timeout: float = 180.0,
+    start_method: str = "fork",
 ) -> list[Any]:
     """Run `fn(comm, *args)` on `world_size` forked gloo ranks; return each rank's result.
 
     Raises `RankFailed` with every failing rank's traceback (earliest first) when one fails,
-    and TimeoutError (after killing the ranks) past `timeout` seconds.
+    and TimeoutError (after killing the ranks) past `timeout` seconds. Use
+    start_method="spawn" (and a module-level `fn`) once CUDA is initialised.
     """
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
@@ -70,7 +75,7 @@ def run_gloo(
             args=(world_size, store, tmp, fn, args),
             nprocs=world_size,
             join=False,
-            start_method="fork",
+            start_method=start_method,
         )
         deadline = time.monotonic() + timeout
         try:

@@ -119,6 +119,7 @@ def driver_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
         model_case("lj_bridge_ghostneigh", "lj.pkl", bulk, n_ranks, ghostneigh=1),
         model_case("mpnn_bulk", "mpnn.pkl", bulk, n_ranks, md_steps=MD_STEPS["mpnn"]),
         model_case("mpnn_slab", "mpnn.pkl", systems["slab_ar"], n_ranks),
+        model_case("mpnn_bulk_ghostneigh", "mpnn.pkl", bulk, n_ranks, ghostneigh=1),
         model_case("mpnn32_bulk", "mpnn32.pkl", bulk, n_ranks),
         model_case("mace_bulk", "mace.pkl", systems["bulk_mix"], n_ranks),
         model_case("mace_slab", "mace.pkl", systems["slab_mix"], n_ranks),

@@ -18,7 +18,6 @@ ATTACH_LINES = (
     'python attach input 1 SELF format p here "from lammps_interface import attach"\n'
     "python attach invoke\n"
 )
-DETACH_LINES = 'python detach here "from lammps_interface import detach"\npython detach invoke\n'
 _COLUMNS = "id x y z xu yu zu fx fy fz c_pe"
 _THERMO = ("pe", "pxx", "pyy", "pzz", "pxy", "pxz", "pyz", "vol")
 

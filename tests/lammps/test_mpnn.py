@@ -1,6 +1,7 @@
 """The 3-layer SimpleMPNN through LAMMPS at 1, 2 and 4 ranks equals `evaluate_model`: periodic
 triclinic box and slab with vacuum (empty sub-domains at 4 ranks), via the `lmp` binary
-(handle from the input script) and via a Python driver (handle from the driver)."""
+(handle from the input script) and via a Python driver (handle from the driver), with
+`ghostneigh` off and on, after MD with re-neighbouring, and in float32."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from tests.lammps.references import at_positions, deviations, model_reference
 
 pytestmark = pytest.mark.lammps
 
-SYSTEM_OF = {"mpnn_bulk": "bulk_ar", "mpnn_slab": "slab_ar"}
+SYSTEM_OF = {"mpnn_bulk": "bulk_ar", "mpnn_slab": "slab_ar", "mpnn_bulk_ghostneigh": "bulk_ar"}
+LMP_CASES = ["mpnn_bulk", "mpnn_slab"]
 
 
 def _check_static(run, systems, case: str) -> None:
@@ -37,7 +39,7 @@ def _check_after_md(run, systems) -> None:
     assert_close(errs, f"mpnn_bulk_md np{run.n_ranks}")
 
 
-@pytest.mark.parametrize("case", sorted(SYSTEM_OF))
+@pytest.mark.parametrize("case", LMP_CASES)
 def test_lmp_binary_matches_reference(lmp_run, systems, case: str) -> None:
     assert "halo mode: SimpleMPNN" in lmp_run.output
     _check_static(lmp_run, systems, case)

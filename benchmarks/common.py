@@ -1,0 +1,131 @@
+"""Shared pieces of the benchmarks: test crystals, timing, machine description, JSON output."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from nvdd_plugins import Batch
+
+FCC_BASIS = ((0.0, 0.0, 0.0), (0.0, 0.5, 0.5), (0.5, 0.0, 0.5), (0.5, 0.5, 0.0))
+
+
+def fcc_crystal(
+    n_atoms: int, lattice: float, rattle: float, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cubic fcc supercell with about `n_atoms` atoms, randomly displaced by `rattle` Å."""
+    repeats = max(1, round((n_atoms / 4) ** (1.0 / 3.0)))
+    grid = torch.stack(
+        torch.meshgrid(*(torch.arange(repeats, dtype=torch.float64),) * 3, indexing="ij"), dim=-1
+    ).reshape(-1, 1, 3)
+    positions = ((grid + torch.tensor(FCC_BASIS, dtype=torch.float64)) * lattice).reshape(-1, 3)
+    generator = torch.Generator().manual_seed(0)
+    positions += rattle * torch.randn(positions.shape, generator=generator, dtype=torch.float64)
+    cell = torch.eye(3, dtype=torch.float64) * (repeats * lattice)
+    return positions.to(device, dtype), cell.to(device, dtype)
+
+
+def fcc_batch(
+    n_atoms: int,
+    lattice: float,
+    species: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    temperature: float | None = None,
+) -> Batch:
+    """A periodic fcc crystal as a one-system Batch; species cycle over the atoms; optional
+    Maxwell-Boltzmann velocities (K) and masses for MD."""
+    positions, cell = fcc_crystal(n_atoms, lattice, 0.05, dtype, device)
+    n = positions.shape[0]
+    numbers = torch.tensor(species, device=device).repeat(n // len(species) + 1)[:n]
+    node = {"positions": positions, "atomic_numbers": numbers}
+    if temperature is not None:
+        masses = torch.full((n,), 40.0, dtype=dtype, device=device)
+        rng = np.random.default_rng(0)
+        sigma = np.sqrt(8.617333262e-5 * temperature / 40.0)
+        velocities = torch.tensor(rng.normal(scale=sigma, size=(n, 3)), dtype=dtype, device=device)
+        node |= {"atomic_masses": masses, "velocities": velocities}
+    system = {"cell": cell.unsqueeze(0), "pbc": torch.ones(1, 3, dtype=torch.bool, device=device)}
+    return Batch(node, {}, system, torch.tensor([0, n], device=device))
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(
+    fn: Callable[[], Any], repeats: int, device: torch.device, warmup: int = 1
+) -> float:
+    """Median wall time of `fn()` over `repeats` calls after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cuda = torch.cuda.is_available()
+    return {
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+    }
+
+
+def write_json(path: str | None, results: dict[str, Any]) -> None:
+    """Write `results` plus the machine description to `path` (if given)."""
+    if path:
+        with open(path, "w") as handle:
+            json.dump({"machine": machine(), **results}, handle, indent=2)
+
+
+def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> torch.nn.Module:
+    """A random-weight ScaleShiftMACE: "small" (32x0e+32x1o, L=3, correlation 3, r_max 5 Å,
+    2 interactions, the FACTS anchor) or "tiny" (8x0e+8x1o, L=2, correlation 2)."""
+    import mace  # noqa: F401  (optional dependency; set up before e3nn)
+    from e3nn import o3
+    from mace import modules
+
+    hidden, ell, correlation = {"small": ("32x0e+32x1o", 3, 3), "tiny": ("8x0e+8x1o", 2, 2)}[preset]
+    torch.manual_seed(0)
+    block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+    model = modules.ScaleShiftMACE(
+        r_max=5.0,
+        num_bessel=8,
+        num_polynomial_cutoff=5,
+        max_ell=ell,
+        interaction_cls=block,
+        interaction_cls_first=block,
+        num_interactions=2,
+        num_elements=len(species),
+        hidden_irreps=o3.Irreps(hidden),
+        MLP_irreps=o3.Irreps("16x0e"),
+        gate=torch.nn.functional.silu,
+        atomic_energies=np.zeros(len(species)),
+        avg_num_neighbors=40.0,
+        atomic_numbers=list(species),
+        correlation=correlation,
+        radial_type="bessel",
+        atomic_inter_scale=1.0,
+        atomic_inter_shift=0.0,
+    )
+    return model.to(dtype)

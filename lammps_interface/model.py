@@ -1,0 +1,125 @@
+"""`MLIAPModel`: any nvdd model wrapper as a LAMMPS `pair_style mliap unified` model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from ase.data import atomic_numbers
+from lammps.mliap.mliap_unified_abc import MLIAPUnified
+
+from lammps_interface.fallback import RedundantBridge
+from lammps_interface.halo import HaloBridge
+from lammps_interface.handle import attached
+from lammps_interface.messages import abort_on_error, notify
+from lammps_interface.rows import LocalRows, RowResults
+from nvdd_plugins.models import BaseModelMixin
+
+__all__ = ["MLIAPModel"]
+
+_RUNTIME = ("_halo", "_fallback")
+
+
+def _model_dtype(model: torch.nn.Module) -> torch.dtype:
+    tensors = [*model.parameters(), *model.buffers()]
+    return next((t.dtype for t in tensors if t.is_floating_point()), torch.float64)
+
+
+class MLIAPModel(MLIAPUnified):
+    """An nvdd model wrapper for `pair_style mliap unified <file> {0|1}` (units metal).
+
+    `.pickle(path)` writes the file. With the LAMMPS handle attached (`attach`), each rank
+    evaluates its owned + ghost atoms through `DistributedModel` with a per-layer halo
+    exchange, exact with LAMMPS's default ghost shell. Without it, each rank computes its
+    rows redundantly with no exchange (exact only with a ghost shell of `n_layers` cutoffs and
+    `ghostneigh` 1; see `lammps_interface.fallback`). Forces go straight into LAMMPS's force
+    array (ghost rows included, summed into owners by LAMMPS), so the global virial and
+    pressure are right; per-atom virials (`compute stress/atom`) are not provided.
+
+    Args:
+        model: the nvdd model wrapper (energies in eV, positions in Å).
+        element_types: element symbols, in the order `pair_coeff * * <elements>` names them.
+        dtype: compute in this dtype (the model is converted); default: the model's own
+            (float64 for a model without floating-point tensors).
+        n_layers: message-passing layers, needed only in fallback mode (1 for pair
+            potentials).
+    """
+
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        element_types: Sequence[str],
+        dtype: torch.dtype | None = None,
+        n_layers: int | None = None,
+    ) -> None:
+        unknown = [e for e in element_types if e not in atomic_numbers]
+        if unknown or not element_types:
+            raise ValueError(f"element_types must be element symbols, got {list(element_types)}")
+        # ML-IAP lists pairs closer than 2 x rcutfac.
+        super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
+        self.dtype = dtype if dtype is not None else _model_dtype(model)
+        self.model = model.to(self.dtype)
+        self.n_layers = n_layers
+        self._numbers = np.array([atomic_numbers[e] for e in element_types], dtype=np.int64)
+        self._halo: HaloBridge | None = None
+        self._fallback: RedundantBridge | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(dict.fromkeys(_RUNTIME), interface=None)
+        return state
+
+    def compute_descriptors(self, data: Any) -> None:
+        """Not used: the model maps positions to energies and forces in one pass."""
+
+    def compute_gradients(self, data: Any) -> None:
+        """Not used: the model maps positions to energies and forces in one pass."""
+
+    def compute_forces(self, data: Any) -> None:
+        """Add this rank's forces to LAMMPS's force array and set its energies (every step)."""
+        with abort_on_error():
+            rows = LocalRows.from_data(data, self._numbers)
+            results = self._bridge().evaluate(rows)
+            self._write(data, rows, results)
+
+    def _bridge(self) -> HaloBridge | RedundantBridge:
+        # A Kokkos build's data.forward_exchange / reverse_exchange would serve as the halo
+        # exchange here instead of the handle's MPI plan; this build has no Kokkos.
+        lmp = attached()
+        if lmp is not None:
+            if self._halo is None or self._halo.lmp is not lmp:
+                self._halo = HaloBridge(self.model, lmp, self.dtype, int(self._numbers[0]))
+                notify(
+                    f"halo mode: {type(self.model).__name__} on {self._halo.comm.size} rank(s), "
+                    "per-layer ghost exchange through the attached LAMMPS handle"
+                )
+            return self._halo
+        if self._fallback is None:
+            if self.n_layers is None:
+                raise ValueError(
+                    "no LAMMPS handle is attached and MLIAPModel has no n_layers for the "
+                    "fallback: attach the handle (lammps_interface.attach) or pass n_layers"
+                )
+            self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers)
+            notify(f"fallback mode: no LAMMPS handle attached, no ghost exchange. {self._needs()}")
+        return self._fallback
+
+    def _needs(self) -> str:
+        if self.n_layers == 1:
+            return "A one-layer model is exact with LAMMPS's default ghost shell."
+        return (
+            f"Every rank computes its ghost shell redundantly: exact only with `comm_modify "
+            f"cutoff` >= {self.n_layers} x {self.model.cutoff:g} Å + neighbor skin and "
+            "`pair_style mliap unified <file> 1`"
+        )
+
+    @staticmethod
+    def _write(data: Any, rows: LocalRows, results: RowResults) -> None:
+        if rows.ntotal:
+            forces = data.f
+            forces += results.forces
+        data.energy = float(results.energies[: rows.nlocal].sum())
+        if rows.list_rows.size:  # eatoms is unallocated on a rank without atoms
+            data.eatoms = np.ascontiguousarray(results.energies[rows.list_rows])

@@ -1,0 +1,73 @@
+"""CUDA paths equal the CPU results: models, DistributedModel, and two ranks sharing a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins.comm import Communicator, SimulatedMesh
+from nvdd_plugins.models import evaluate_model
+from tests.helpers.multiprocess import run_gloo
+from tests.helpers.oracle import assert_close, errors, properties_for
+from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MODELS = {"lj": lj_model, "mpnn": mpnn_model}
+if importlib.util.find_spec("mace") is not None:
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace, with_two_species
+
+    MODELS["mace"] = lambda: MACEWrapper(tiny_mace())
+
+
+def _atoms(model_name: str, system: str):
+    atoms = SYSTEMS[system]()
+    return with_two_species(atoms) if model_name == "mace" else atoms
+
+
+def _on_device(model_name: str, system: str, device: str, distributed: bool, comm=None):
+    model = MODELS[model_name]().to(device)
+    atoms = _atoms(model_name, system)
+    batch = Batch.from_atoms(atoms, device=device)
+    properties = properties_for(atoms)
+    if not distributed:
+        return {k: v.cpu() for k, v in evaluate_model(model, batch, properties).items()}
+    mesh = comm or SimulatedMesh(1).communicator(0)
+    dd = DistributedModel(model, DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=mesh))
+    return {k: v.cpu() for k, v in dd.evaluate_replicated(batch, properties).items()}
+
+
+@pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_cuda_equals_cpu_float64(model_name: str, system: str) -> None:
+    atoms = _atoms(model_name, system)
+    reference = _on_device(model_name, system, "cpu", distributed=False)
+    for distributed in (False, True):
+        result = _on_device(model_name, system, "cuda", distributed)
+        errs = errors(result, {k: reference[k] for k in result if k in reference}, len(atoms))
+        assert_close(errs, f"{model_name}/{system}/distributed={distributed}")
+
+
+def _two_ranks_one_gpu(comm: Communicator, model_name: str) -> dict[str, dict[str, float]]:
+    report = {}
+    for system in ("bulk", "slab"):
+        atoms = _atoms(model_name, system)
+        reference = _on_device(model_name, system, "cpu", distributed=False)
+        result = _on_device(model_name, system, "cuda", distributed=True, comm=comm)
+        report[system] = errors(result, reference, len(atoms))
+    return report
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_two_ranks_sharing_the_gpu_through_host_staging(model_name: str) -> None:
+    reports = run_gloo(2, _two_ranks_one_gpu, model_name, timeout=300, start_method="spawn")
+    for rank, report in enumerate(reports):
+        for system, errs in report.items():
+            assert_close(errs, f"rank {rank}: {model_name}/{system}")

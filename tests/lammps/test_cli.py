@@ -1,0 +1,70 @@
+"""`python -m lammps_interface` writes a loadable model file and prints the lines to paste."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.lammps.jobs import missing_lammps
+
+if (reason := missing_lammps()) is not None:
+    pytest.skip(reason, allow_module_level=True)
+
+from lammps_interface import MLIAPModel
+from lammps_interface.cli import main
+from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN
+
+pytestmark = pytest.mark.lammps
+
+
+def _load(path: Path) -> MLIAPModel:
+    with open(path, "rb") as handle:
+        model = pickle.load(handle)
+    assert isinstance(model, MLIAPModel)
+    return model
+
+
+def test_lj(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "lj.pkl"
+    main(["--lj", "0.0104", "3.4", "6.0", "--shift", "--elements", "Ar", "-o", str(path)])
+    printed = capsys.readouterr().out
+    model = _load(path)
+    assert isinstance(model.model, LennardJonesModel) and model.model.shift
+    assert (model.rcutfac, model.n_layers, model.element_types) == (3.0, 1, ["Ar"])
+    assert (
+        'python attach input 1 SELF format p here "from lammps_interface import attach"' in printed
+    )
+    assert f"pair_style mliap unified {path} 0\npair_coeff * * Ar" in printed
+
+
+def test_mpnn_float32(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mpnn.pkl"
+    args = ["--mpnn-seed", "3", "--cutoff", "4.5", "--dtype", "float32"]
+    main([*args, "--elements", "Ar", "Cu", "-o", str(path)])
+    printed = capsys.readouterr().out
+    model = _load(path)
+    assert isinstance(model.model, SimpleMPNN)
+    assert model.dtype == torch.float32 and model.model.readout[0].weight.dtype == torch.float32
+    assert model.n_layers == 3
+    assert "comm_modify cutoff 15.5" in printed  # 3 x 4.5 Å + the default 2 Å skin
+    assert f"pair_style mliap unified {path} 1" in printed
+
+
+def test_mace(tmp_path: Path) -> None:
+    pytest.importorskip("mace")
+    from tests.helpers.mace_models import tiny_mace
+
+    torch.save(tiny_mace(), tmp_path / "tiny.pt")
+    path = tmp_path / "mace.pkl"
+    main(["--mace", str(tmp_path / "tiny.pt"), "--elements", "Ar", "Cu", "-o", str(path)])
+    model = _load(path)
+    assert isinstance(model.model, MACEWrapper)
+    assert model.n_layers == 2 and model.rcutfac == 2.25
+
+
+def test_mpnn_needs_a_cutoff(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--cutoff"):
+        main(["--mpnn-seed", "1", "--elements", "Ar", "-o", str(tmp_path / "x.pkl")])
