@@ -67,6 +67,20 @@ def compare(model, batch: Batch, skin: float, repeats: int, compile_: bool) -> d
     return row
 
 
+def profile(model, batch: Batch, skin: float) -> None:
+    """Print the operators taking the most host time in one bare and one DD@1 evaluation."""
+    bare = ModelEvaluator(model, skin)
+    distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, skin=skin))
+    owned = _owned(batch)
+    distributed.setup(owned)
+    for label, fn in (("bare", lambda: bare(batch)), ("DD@1", lambda: distributed(owned))):
+        fn()
+        with torch.profiler.profile() as prof:
+            fn()
+        print(f"--- {label}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
 def ghost_fractions(n_atoms: int, world_size: int, cutoff: float, skin: float) -> dict:
     """Ghost/owned ratio per rank of a simulated decomposition of an fcc argon crystal."""
     batch = fcc_batch(n_atoms, 5.26, (18,), torch.float64, torch.device("cpu"))
@@ -101,6 +115,7 @@ def main() -> None:
     parser.add_argument("--skin", type=float, default=0.5, help="Verlet skin, Å")
     parser.add_argument("--compile", action="store_true", help="also time compile=True")
     parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8])
+    parser.add_argument("--profile", action="store_true", help="print where DD@1 spends time")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -116,6 +131,8 @@ def main() -> None:
         for size in args.sizes:
             batch = fcc_batch(size, lattice, species, dtype, device)
             row = {"model": name, **compare(model, batch, args.skin, args.repeats, args.compile)}
+            if args.profile:
+                profile(model, batch, args.skin)
             results["overhead"].append(row)
             line = (
                 f"{name:>9} {row['atoms']:8d} {row['bare_s']:9.4f} {row['dd_s']:9.4f} "

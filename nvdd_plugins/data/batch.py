@@ -20,7 +20,8 @@ class Batch:
 
     Fields are read and written as attributes (`batch.positions`, `batch.velocities = v`);
     writing a known field checks its shape. `batch_idx` maps each atom to its system and
-    `ptr` holds the per-system atom offsets (length num_graphs + 1).
+    `ptr` holds the per-system atom offsets (length num_graphs + 1); passing a matching
+    `batch_idx` saves deriving it from `ptr` (which waits for the GPU).
     """
 
     def __init__(
@@ -29,19 +30,19 @@ class Batch:
         edge: dict[str, torch.Tensor],
         system: dict[str, torch.Tensor],
         ptr: torch.Tensor,
+        batch_idx: torch.Tensor | None = None,
     ) -> None:
         object.__setattr__(self, "_node", dict(node))
         object.__setattr__(self, "_edge", dict(edge))
         object.__setattr__(self, "_system", dict(system))
         object.__setattr__(self, "ptr", ptr.long())
-        counts = ptr[1:] - ptr[:-1]
-        object.__setattr__(
-            self,
-            "batch_idx",
-            torch.repeat_interleave(torch.arange(len(counts), device=ptr.device), counts),
-        )
+        if batch_idx is None:
+            counts = ptr[1:] - ptr[:-1]
+            graphs = torch.arange(len(counts), device=ptr.device)
+            batch_idx = torch.repeat_interleave(graphs, counts)
+        object.__setattr__(self, "batch_idx", batch_idx)
         # Sizes as Python ints, so reading them never syncs a GPU or breaks a compiled graph.
-        object.__setattr__(self, "_sizes", (len(counts), int(ptr[-1])))
+        object.__setattr__(self, "_sizes", (ptr.shape[0] - 1, batch_idx.shape[0]))
 
     # -- construction ---------------------------------------------------------------------
     @classmethod

@@ -57,6 +57,7 @@ class HaloDomain:
             frame, self.comm.size, self.config.grid, self.config.halo_width
         )
         self.view = None
+        self._reference = None
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
 
     def _partitioner(self) -> SpatialPartitioner:
@@ -79,17 +80,19 @@ class HaloDomain:
 
     # -- rebuilds -------------------------------------------------------------------------
     def needs_rebuild(self, owned_positions: torch.Tensor, cell: torch.Tensor) -> bool:
-        """Collective: has any atom moved more than the threshold, or the cell changed?"""
-        local = 1.0 if self.view is None or self._reference is None else 0.0
-        if not local and (
-            owned_positions.shape != self._reference.shape
-            or not torch.equal(cell.detach(), self._reference_cell)
-        ):
-            local = 1.0
-        if not local and owned_positions.shape[0]:
-            moved = (owned_positions.detach() - self._reference).norm(dim=1).max()
-            local = float(moved > self.config.rebuild_threshold)
-        flag = torch.tensor([local], dtype=torch.float64)
+        """Collective: has any atom moved more than the threshold, or the cell changed?
+
+        The local test stays on the device; the one host synchronisation is the answer.
+        """
+        device = owned_positions.device
+        if self._reference is None or owned_positions.shape != self._reference.shape:
+            flag = torch.ones(1, device=device)
+        else:
+            moved = (owned_positions.detach() - self._reference).norm(dim=1)
+            threshold = moved.new_tensor(self.config.rebuild_threshold)
+            far = torch.cat([moved, threshold.new_zeros(1)]).max() > threshold
+            changed = (cell.detach() != self._reference_cell).any()
+            flag = (far | changed).to(torch.float32).reshape(1)
         return bool(self.comm.all_reduce(flag, "max")[0] > 0)
 
     def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:

@@ -232,8 +232,7 @@ class DistributedModel(nn.Module):
         with torch.enable_grad():
             run_cell = cell
             if strain is not None:
-                row_graph = torch.zeros(view.n_rows, dtype=torch.long, device=rows.device)
-                rows, run_cell = apply_strain(rows, cell, row_graph, strain)
+                rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
             batch = self._view_batch(view, rows, run_cell, pbc)
             out = self._run_model(view, batch)
             energies = out.get("energies")
@@ -262,15 +261,14 @@ class DistributedModel(nn.Module):
                 "unit_shifts": view.edge_unit_shifts,
             },
             system={"cell": cell, "pbc": pbc},
-            ptr=torch.tensor([0, view.n_rows], device=rows.device),
+            ptr=view.row_ptr,
+            batch_idx=view.row_batch,
         )
 
     def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         bind_slot(self._slot, view.plan, self.comm)
-        owned_mask = torch.zeros(view.n_rows, dtype=torch.bool, device=batch.device)
-        owned_mask[: view.n_owned] = True
         ctx = HaloContext(
-            view.n_rows, view.n_owned, owned_mask, self._slot, in_place=not self.config.compile
+            view.n_rows, view.n_owned, view.owned_mask, self._slot, in_place=not self.config.compile
         )
         try:
             with replaced_helpers(self.spec.distribution.third_party_helpers):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -50,6 +51,23 @@ class HaloView:
     def n_local(self) -> int:
         """Owned + ghost rows."""
         return self.plan.n_local
+
+    @cached_property
+    def owned_mask(self) -> torch.Tensor:
+        """(n_rows,) True on owned rows."""
+        mask = torch.zeros(self.n_rows, dtype=torch.bool, device=self.edge_index.device)
+        mask[: self.n_owned] = True
+        return mask
+
+    @cached_property
+    def row_ptr(self) -> torch.Tensor:
+        """`Batch.ptr` of the view (one system of n_rows atoms)."""
+        return torch.tensor([0, self.n_rows], device=self.edge_index.device)
+
+    @cached_property
+    def row_batch(self) -> torch.Tensor:
+        """`Batch.batch_idx` of the view (all zeros)."""
+        return torch.zeros(self.n_rows, dtype=torch.long, device=self.edge_index.device)
 
     @property
     def n_edges(self) -> int:

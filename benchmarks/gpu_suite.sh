@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Every GPU figure in docs/benchmarks.md, on one GPU: bash benchmarks/gpu_suite.sh OUT_DIR
+# Each step has its own time limit and writes OUT_DIR/<name>.txt and .json; a failing step
+# does not stop the others.
+set -u
+out="${1:?usage: gpu_suite.sh OUT_DIR}"
+mkdir -p "$out"
+cd "$(dirname "$0")"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+quiet='Warning|visitor|atomic_numbers|_Jd|cuequivariance|warnings.warn'
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name: $*"
+    timeout "$limit" python3 "$@" --json "$out/$name.json" 2>&1 | grep -Ev "$quiet" | tee "$out/$name.txt"
+}
+
+step neighbor_list 120 neighbor_list.py --sizes 10000 100000 500000 1000000 --device cuda \
+    --dtype float32 --repeats 10
+step overhead_lj 120 distributed_overhead.py --models lj --sizes 100000 500000 --device cuda \
+    --dtype float32 --repeats 10 --ranks 2 4 8
+step overhead_mace 200 distributed_overhead.py --models mace --sizes 100000 --device cuda \
+    --dtype float32 --repeats 3 --ranks
+step compile_mace 300 distributed_overhead.py --models mace --sizes 10000 --device cuda \
+    --dtype float32 --repeats 10 --compile --ranks
+step mace_scaling 240 mace_scaling.py --device cuda --sizes 10000 100000 --largest
+step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda --steps 5
