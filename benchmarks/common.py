@@ -63,9 +63,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def median_seconds(
-    fn: Callable[[], Any], repeats: int, device: torch.device, warmup: int = 1
+    fn: Callable[[], Any], repeats: int, device: torch.device, warmup: int = 3
 ) -> float:
-    """Median wall time of `fn()` over `repeats` calls after `warmup` calls."""
+    """Median wall time of `fn()` over `repeats` calls after `warmup` calls (TorchScript
+    parts of e3nn/mace optimise themselves during the first calls)."""
     for _ in range(warmup):
         fn()
     times = []

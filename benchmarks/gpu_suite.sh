@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Every GPU figure in docs/benchmarks.md, on one GPU: bash benchmarks/gpu_suite.sh OUT_DIR
-# Each step has its own time limit and writes OUT_DIR/<name>.txt and .json; a failing step
+# Every GPU figure in docs/benchmarks.md, on one GPU:
+#   bash benchmarks/gpu_suite.sh OUT_DIR [STEP ...]      (default: all steps)
+# Each step has its own time limit and writes OUT_DIR/<step>.txt and .json; a failing step
 # does not stop the others.
 set -u
-out="${1:?usage: gpu_suite.sh OUT_DIR}"
+out="${1:?usage: gpu_suite.sh OUT_DIR [STEP ...]}"
+shift
+wanted=" ${*:-all} "
 mkdir -p "$out"
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -12,6 +15,7 @@ quiet='Warning|visitor|atomic_numbers|_Jd|cuequivariance|warnings.warn'
 step() {
     local name=$1 limit=$2
     shift 2
+    [[ "$wanted" == " all " || "$wanted" == *" $name "* ]] || return 0
     echo "=== $name: $*"
     timeout "$limit" python3 "$@" --json "$out/$name.json" 2>&1 | grep -Ev "$quiet" | tee "$out/$name.txt"
 }
@@ -19,7 +23,9 @@ step() {
 step neighbor_list 120 neighbor_list.py --sizes 10000 100000 500000 1000000 --device cuda \
     --dtype float32 --repeats 10
 step overhead_lj 120 distributed_overhead.py --models lj --sizes 100000 500000 --device cuda \
-    --dtype float32 --repeats 10 --ranks 2 4 8
+    --dtype float32 --repeats 20 --ranks 2 4 8
+step profile_lj 120 distributed_overhead.py --models lj --sizes 100000 --device cuda \
+    --dtype float32 --repeats 3 --ranks --profile
 step overhead_mace 200 distributed_overhead.py --models mace --sizes 100000 --device cuda \
     --dtype float32 --repeats 3 --ranks
 step compile_mace 300 distributed_overhead.py --models mace --sizes 10000 --device cuda \

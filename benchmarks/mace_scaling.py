@@ -3,8 +3,10 @@
     python benchmarks/mace_scaling.py --device cuda --sizes 10000 100000 --largest
 
 For each size: the bare model and DistributedModel at one rank (energy + forces, steady
-state, Verlet skin 0.5 Å), atom-steps/s and peak memory per atom. --largest then grows the
-system by --growth until the device runs out of memory and reports the last size that fit.
+state, Verlet skin --skin, default 0: MACE's memory grows with the pair count, and a list
+rebuild costs little next to a MACE step), atom-steps/s and peak memory per atom.
+--largest then grows the system by --growth until the device runs out of memory and reports
+the last size that fit.
 """
 
 from __future__ import annotations
@@ -19,18 +21,23 @@ from nvdd_plugins.models import MACEWrapper, ModelEvaluator
 
 
 def measure(
-    wrapper: MACEWrapper, n_atoms: int, device: torch.device, repeats: int, bare: bool
+    wrapper: MACEWrapper,
+    n_atoms: int,
+    device: torch.device,
+    repeats: int,
+    bare: bool,
+    skin: float,
 ) -> dict:
     """Step times (s), throughput and peak memory of one size."""
     batch = fcc_batch(n_atoms, 3.61, (29,), torch.float32, device)
     row: dict = {"atoms": batch.num_nodes}
     if bare:
-        evaluator = ModelEvaluator(wrapper, 0.5)
+        evaluator = ModelEvaluator(wrapper, skin)
         row["bare_s"] = median_seconds(lambda: evaluator(batch), repeats, device)
         del evaluator
     owned = batch.to()
     owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=device))
-    distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=0.5))
+    distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
     distributed.setup(owned)
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -62,20 +69,24 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--largest", action="store_true", help="grow until out of memory")
-    parser.add_argument("--growth", type=float, default=1.3)
+    parser.add_argument("--growth", type=float, default=1.15)
+    parser.add_argument("--skin", type=float, default=0.0, help="Verlet skin, Å (memory!)")
     parser.add_argument("--max-trials", type=int, default=8)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     device = torch.device(args.device)
     wrapper = MACEWrapper(mace_model(args.preset, (29,), torch.float32)).to(device)
-    print(f"# MACE {args.preset} float32 on {device}, fcc Cu, r_max 5 Å, energy + forces")
+    print(
+        f"# MACE {args.preset} float32 on {device}, fcc Cu, r_max 5 Å, skin {args.skin} Å, "
+        "energy + forces"
+    )
     print(
         f"{'atoms':>9} {'bare[s]':>9} {'ratio':>6} {'DD@1[s]':>9} {'atom-steps/s':>12} "
         f"{'peak GiB':>8} {'KiB/atom':>9}"
     )
     rows = []
     for size in args.sizes:
-        rows.append(measure(wrapper, size, device, args.repeats, bare=True))
+        rows.append(measure(wrapper, size, device, args.repeats, True, args.skin))
         _print(rows[-1])
     largest = None
     if args.largest:
@@ -83,7 +94,7 @@ def main() -> None:
         for _ in range(args.max_trials):
             size = int(size * args.growth)
             try:
-                row = measure(wrapper, size, device, 1, bare=False)
+                row = measure(wrapper, size, device, 1, False, args.skin)
             except torch.OutOfMemoryError:
                 print(f"{size:9d} out of memory", flush=True)
                 break

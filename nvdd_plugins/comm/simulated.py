@@ -104,6 +104,8 @@ class SimulatedCommunicator(Communicator):
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """Reduction over the virtual ranks."""
+        if self.size == 1:
+            return tensor.detach().clone()
         values = self._gather_slots(tensor.detach().clone())
         return _REDUCERS[op](torch.stack([v.to(tensor.device) for v in values]))
 

@@ -81,14 +81,27 @@ class HaloView:
     ) -> torch.Tensor:
         """Every row's position from the owned ones: ghosts through `halo_forward` (so
         gradients reaching ghosts flow back to their owners), plus lattice translations."""
-        rows = torch.cat([owned_positions, owned_positions.new_zeros(self.plan.n_ghost, 3)])
-        rows = halo_forward(rows, self.plan, comm)
-        rows = rows + self.image_units[: self.n_local].to(cell.dtype) @ cell
+        rows = owned_positions
+        if self.plan.n_ghost:
+            rows = torch.cat([rows, rows.new_zeros(self.plan.n_ghost, 3)])
+            rows = halo_forward(rows, self.plan, comm)
+        rows = rows + self._image_rows.to(cell.dtype) @ cell
+        if self.n_rows == self.n_local:
+            return rows
         return torch.cat([rows, self.padding_positions.to(rows.dtype)])
+
+    @cached_property
+    def _image_rows(self) -> torch.Tensor:
+        return self.image_units[: self.n_local].to(self.padding_positions.dtype)
+
+    @cached_property
+    def _unit_shift_rows(self) -> torch.Tensor:
+        # Converted once per view instead of once per step.
+        return self.edge_unit_shifts.to(self.padding_positions.dtype)
 
     def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
         """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3)."""
-        return self.edge_unit_shifts.to(cell.dtype) @ cell
+        return self._unit_shift_rows.to(cell.dtype) @ cell
 
     def active_edges(
         self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float

@@ -35,8 +35,9 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         super().__init__()
         self.model = model
         zs = [int(z) for z in model.atomic_numbers]
-        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long)
-        lookup[torch.tensor(zs)] = torch.arange(len(zs))
+        device = next(model.parameters()).device
+        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long, device=device)
+        lookup[torch.tensor(zs, device=device)] = torch.arange(len(zs), device=device)
         self.register_buffer("species_index", lookup, persistent=False)
         self.n_species = len(zs)
         heads = list(getattr(model, "heads", ["default"]))
