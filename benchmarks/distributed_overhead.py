@@ -39,7 +39,9 @@ def _owned(batch: Batch) -> Batch:
     return owned
 
 
-def compare(model, batch: Batch, skin: float, repeats: int, compile_: bool) -> dict:
+def compare(
+    model, batch: Batch, skin: float, repeats: int, compile_: bool, mode: str | None = None
+) -> dict:
     """Step times of the bare model, DistributedModel at one rank and, optionally, compiled."""
     device = batch.device
     bare = ModelEvaluator(model, skin)
@@ -54,7 +56,7 @@ def compare(model, batch: Batch, skin: float, repeats: int, compile_: bool) -> d
     if device.type == "cuda":
         row["peak_bytes_per_atom"] = torch.cuda.max_memory_allocated(device) / batch.num_nodes
     if compile_:
-        config = DomainConfig(cutoff=model.cutoff, skin=skin, compile=True)
+        config = DomainConfig(cutoff=model.cutoff, skin=skin, compile=True, compile_mode=mode)
         compiled = DistributedModel(model, config)
         owned = _owned(batch)
         compiled.setup(owned)
@@ -114,6 +116,9 @@ def main() -> None:
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--skin", type=float, default=0.5, help="Verlet skin, Å")
     parser.add_argument("--compile", action="store_true", help="also time compile=True")
+    parser.add_argument(
+        "--compile-mode", help="torch.compile mode, e.g. max-autotune-no-cudagraphs"
+    )
     parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4, 8])
     parser.add_argument("--profile", action="store_true", help="print where DD@1 spends time")
     parser.add_argument("--json", help="write the results here")
@@ -130,7 +135,8 @@ def main() -> None:
         model = factory(dtype).to(device)
         for size in args.sizes:
             batch = fcc_batch(size, lattice, species, dtype, device)
-            row = {"model": name, **compare(model, batch, args.skin, args.repeats, args.compile)}
+            row = compare(model, batch, args.skin, args.repeats, args.compile, args.compile_mode)
+            row = {"model": name, **row}
             if args.profile:
                 profile(model, batch, args.skin)
             results["overhead"].append(row)

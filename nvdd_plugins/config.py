@@ -30,6 +30,8 @@ class DomainConfig:
             `DistributedManager`'s world mesh, or a single rank.
         strategy: `StrategyKind.HALO` or `StrategyKind.GRAPH_PARTITION`.
         compile: run the model forward through `torch.compile` at fixed, padded shapes.
+        compile_mode: `torch.compile`'s mode (e.g. "max-autotune-no-cudagraphs"); None is
+            its default.
         migration_hysteresis: distance (Å, < skin) an atom may stray outside its
             sub-domain before it migrates at a rebuild.
         grid: force the rank grid (px, py, pz); None picks the minimal-surface grid.
@@ -41,6 +43,7 @@ class DomainConfig:
     mesh: Any = None
     strategy: StrategyKind = StrategyKind.HALO
     compile: bool = False
+    compile_mode: str | None = None
     migration_hysteresis: float = 0.0
     grid: tuple[int, int, int] | None = None
     capacity_growth: float = 1.25

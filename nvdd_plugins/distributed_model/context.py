@@ -29,6 +29,8 @@ class HaloContext:
         in_place: refresh scatter results in place (eager: then a wrapper that forgets to
             rebind an in-place scatter is still exact); otherwise return a new tensor
             (compiled forwards, where the rebinding rule applies).
+        has_ghosts: False when the view has no ghost rows; refreshing is then the identity
+            and is skipped (a compiled graph then fuses across the scatters).
     """
 
     n_rows: int
@@ -36,6 +38,7 @@ class HaloContext:
     owned_mask: torch.Tensor
     slot: int
     in_place: bool = True
+    has_ghosts: bool = True
 
     def is_node_indexed(self, tensor: object) -> bool:
         """Whether `tensor` has one row per local atom."""
@@ -50,6 +53,8 @@ class HaloContext:
 
     def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """Ghost rows take their owners' rows (autograd: ghost gradients go to the owners)."""
+        if not self.has_ghosts:
+            return tensor
         if self.in_place:
             plan, comm = slot_binding(self.slot)
             return halo_forward_(tensor, plan, comm)
@@ -57,6 +62,8 @@ class HaloContext:
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Like `refresh`, always out of place (for op arguments and outputs)."""
+        if not self.has_ghosts:
+            return tensor
         return torch.ops.nvdd.halo_forward(tensor, self.slot)
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:

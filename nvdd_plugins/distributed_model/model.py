@@ -268,7 +268,12 @@ class DistributedModel(nn.Module):
     def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         bind_slot(self._slot, view.plan, self.comm)
         ctx = HaloContext(
-            view.n_rows, view.n_owned, view.owned_mask, self._slot, in_place=not self.config.compile
+            view.n_rows,
+            view.n_owned,
+            view.owned_mask,
+            self._slot,
+            in_place=not self.config.compile,
+            has_ghosts=view.plan.n_ghost > 0,
         )
         try:
             with replaced_helpers(self.spec.distribution.third_party_helpers):
@@ -286,7 +291,12 @@ class DistributedModel(nn.Module):
             # torch 2.13's vectorised C++ code generation fails on small index_add_ targets
             # (per-system energy sums); scalar C++ code is correct. GPUs use Triton.
             options = {"cpp.vec_isa_ok": False} if device.type == "cpu" else None
-            self._compiled = torch.compile(self._forward_in_mode, dynamic=False, options=options)
+            self._compiled = torch.compile(
+                self._forward_in_mode,
+                dynamic=False,
+                mode=self.config.compile_mode,
+                options=options,
+            )
         return self._compiled
 
     def _forward_in_mode(

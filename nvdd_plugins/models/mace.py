@@ -27,13 +27,17 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         model: a mace `MACE` / `ScaleShiftMACE` module (float32 or float64).
         head: head name for multi-head models (default: the first head).
 
+    Like mace's own calculator, the wrapper is for inference: it freezes the model's
+    parameters (requires_grad False), so force evaluations keep no activations for weight
+    gradients (about a quarter less memory per atom).
+
     Pairs beyond `r_max` get exactly zero weight in mace (its polynomial cutoff is
     multiplied by r < r_max and its radial MLP has no biases), so Verlet pairs are accepted.
     """
 
     def __init__(self, model: nn.Module, head: str | None = None) -> None:
         super().__init__()
-        self.model = model
+        self.model = model.requires_grad_(False)
         zs = [int(z) for z in model.atomic_numbers]
         device = next(model.parameters()).device
         lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long, device=device)
