@@ -30,8 +30,5 @@ step overhead_mace 200 distributed_overhead.py --models mace --sizes 100000 --de
     --dtype float32 --repeats 3 --ranks
 step compile_mace 300 distributed_overhead.py --models mace --sizes 10000 --device cuda \
     --dtype float32 --repeats 10 --compile --ranks
-step compile_mace_autotune 240 distributed_overhead.py --models mace --sizes 10000 \
-    --device cuda --dtype float32 --repeats 10 --compile --compile-mode \
-    max-autotune-no-cudagraphs --ranks
 step mace_scaling 240 mace_scaling.py --device cuda --sizes 10000 100000 --largest
 step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda --steps 5

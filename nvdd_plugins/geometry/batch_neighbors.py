@@ -13,7 +13,7 @@ __all__ = ["VerletNeighborList", "attach_neighbor_list", "edge_shifts"]
 
 def edge_shifts(batch: Batch, edge_index: torch.Tensor, unit_shifts: torch.Tensor) -> torch.Tensor:
     """Cartesian shift vectors (Å) of the edges: unit shifts times their system's cell."""
-    units = unit_shifts.to(batch.dtype)
+    units = unit_shifts if unit_shifts.is_floating_point() else unit_shifts.to(batch.dtype)
     if batch.num_graphs == 1:
         return units @ batch.cell[0]
     cells = batch.cell[batch.batch_idx[edge_index[0]]]
@@ -44,7 +44,7 @@ class VerletNeighborList:
         self.skin = float(skin)
         self.filter_pairs = filter_pairs
         self._detector = RebuildDetector(skin)
-        self._pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def attach(self, batch: Batch) -> None:
         """Set `edge_index`, `shifts` and `unit_shifts` of `batch` to its current pairs."""
@@ -54,10 +54,11 @@ class VerletNeighborList:
         ):
             listed = batch.to()
             attach_neighbor_list(listed, self.cutoff + self.skin)
-            self._pairs = (listed.edge_index, listed.unit_shifts)
+            units = listed.unit_shifts
+            self._pairs = (listed.edge_index, units, units.to(positions.dtype))
             self._detector.update(positions, batch.cell, numbers=batch.atomic_numbers)
-        edge_index, unit_shifts = self._pairs
-        shifts = edge_shifts(batch, edge_index, unit_shifts)
+        edge_index, unit_shifts, unit_rows = self._pairs
+        shifts = edge_shifts(batch, edge_index, unit_rows)
         if self.skin == 0.0 or not self.filter_pairs:
             batch.set_edges(edge_index, shifts=shifts, unit_shifts=unit_shifts)
             return
