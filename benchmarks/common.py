@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from nvdd_plugins import Batch
+from nvdd_plugins.models import random_mace
 
 FCC_BASIS = ((0.0, 0.0, 0.0), (0.0, 0.5, 0.5), (0.5, 0.0, 0.5), (0.5, 0.5, 0.0))
 
@@ -102,31 +103,16 @@ def write_json(path: str | None, results: dict[str, Any]) -> None:
 def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> torch.nn.Module:
     """A random-weight ScaleShiftMACE: "small" (32x0e+32x1o, L=3, correlation 3, r_max 5 Å,
     2 interactions, the FACTS anchor) or "tiny" (8x0e+8x1o, L=2, correlation 2)."""
-    import mace  # noqa: F401  (optional dependency; set up before e3nn)
-    from e3nn import o3
-    from mace import modules
-
     hidden, ell, correlation = {"small": ("32x0e+32x1o", 3, 3), "tiny": ("8x0e+8x1o", 2, 2)}[preset]
-    torch.manual_seed(0)
-    block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
-    model = modules.ScaleShiftMACE(
+    return random_mace(
+        species,
+        hidden_irreps=hidden,
+        max_ell=ell,
+        correlation=correlation,
         r_max=5.0,
         num_bessel=8,
-        num_polynomial_cutoff=5,
-        max_ell=ell,
-        interaction_cls=block,
-        interaction_cls_first=block,
-        num_interactions=2,
-        num_elements=len(species),
-        hidden_irreps=o3.Irreps(hidden),
-        MLP_irreps=o3.Irreps("16x0e"),
-        gate=torch.nn.functional.silu,
-        atomic_energies=np.zeros(len(species)),
+        mlp_irreps="16x0e",
         avg_num_neighbors=40.0,
-        atomic_numbers=list(species),
-        correlation=correlation,
-        radial_type="bessel",
-        atomic_inter_scale=1.0,
-        atomic_inter_shift=0.0,
+        interaction_scale=1.0,
+        dtype=dtype,
     )
-    return model.to(dtype)

@@ -194,7 +194,8 @@ build_into_cache() {
         -D Python_EXECUTABLE="$PY" -D Cythonize_EXECUTABLE="$PY_BIN/cythonize" \
         >"$WORK_DIR/cmake.log" 2>&1 || { tail -n 40 "$WORK_DIR/cmake.log"; die "cmake failed"; }
 
-    local jobs="${NVDD_BUILD_JOBS:-$(nproc)}"
+    # nproc honours OMP_NUM_THREADS, which the Makefile sets to 1 for the tests.
+    local jobs="${NVDD_BUILD_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}"
     log "compiling with ninja -j$jobs (5-20 min on 2 cores; progress every 100 steps)"
     if ! ninja -C "$build" -j "$jobs" 2>&1 | tee "$WORK_DIR/build.log" \
         | awk '/^\[[0-9]+\/[0-9]+\]/ && ++n % 100 == 0 { print "  ninja " $1; fflush() }'; then

@@ -12,40 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import mace  # noqa: F401  (before e3nn: mace sets the torch.load defaults e3nn needs)
-import numpy as np
 import torch
-from e3nn import o3
-from mace import modules
 
 from lammps_interface import MLIAPModel
-from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN, random_mace
 
 TINY_MACE = Path("tiny_mace.pt")
 
 
 def write_tiny_mace(path: Path = TINY_MACE) -> None:
     """A random-weight ScaleShiftMACE for Ar and Cu (2 layers, r_max 4.5 Å), torch.save'd."""
-    torch.manual_seed(0)
-    model = modules.ScaleShiftMACE(
-        r_max=4.5,
-        num_bessel=6,
-        num_polynomial_cutoff=5,
-        max_ell=2,
-        interaction_cls=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-        interaction_cls_first=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-        num_interactions=2,
-        num_elements=2,
-        hidden_irreps=o3.Irreps("8x0e+8x1o"),
-        MLP_irreps=o3.Irreps("8x0e"),
-        gate=torch.nn.functional.silu,
-        atomic_energies=np.array([-0.5, -1.5]),
-        avg_num_neighbors=12.0,
-        atomic_numbers=[18, 29],
-        correlation=2,
-        atomic_inter_scale=0.1,
-        atomic_inter_shift=0.0,
-    )
+    model = random_mace([18, 29], atomic_energies=[-0.5, -1.5])
     torch.save(model.double(), path)
 
 

@@ -11,6 +11,21 @@ import torch
 __all__ = ["lennard_jones"]
 
 
+def _pair_terms(
+    positions: torch.Tensor,
+    edge_index: torch.Tensor,
+    shifts: torch.Tensor,
+    sigma: float,
+    cutoff: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pair vectors, the inside-cutoff mask, r^2 (1 outside, to stay finite) and (sigma/r)^6."""
+    rij = positions[edge_index[1]] - positions[edge_index[0]] + shifts
+    r2 = (rij * rij).sum(-1)
+    inside = r2 < cutoff * cutoff
+    r2 = torch.where(inside, r2, torch.ones_like(r2))
+    return rij, inside, r2, (sigma * sigma / r2) ** 3
+
+
 @torch.library.custom_op("nvdd::lennard_jones", mutates_args=())
 def lennard_jones(
     positions: torch.Tensor,
@@ -29,12 +44,8 @@ def lennard_jones(
     `stress = virials.sum(0) / volume`. Forces on atom i use only edges centred on i, so they
     are complete for any atom whose neighbours are all present.
     """
-    i, j = edge_index[0], edge_index[1]
-    rij = positions[j] - positions[i] + shifts
-    r2 = (rij * rij).sum(-1)
-    inside = r2 < cutoff * cutoff
-    r2 = torch.where(inside, r2, torch.ones_like(r2))
-    c6 = (sigma * sigma / r2) ** 3
+    i = edge_index[0]
+    rij, inside, r2, c6 = _pair_terms(positions, edge_index, shifts, sigma, cutoff)
     c12 = c6 * c6
     offset = (
         4.0 * epsilon * ((sigma / cutoff) ** 12 - (sigma / cutoff) ** 6) if shift_energy else 0.0
@@ -67,11 +78,7 @@ def _backward(ctx, grad_energies, grad_forces, grad_virials):
     positions, edge_index, shifts = ctx.saved_tensors
     epsilon, sigma, cutoff = ctx.parameters
     i, j = edge_index[0], edge_index[1]
-    rij = positions[j] - positions[i] + shifts
-    r2 = (rij * rij).sum(-1)
-    inside = r2 < cutoff * cutoff
-    r2 = torch.where(inside, r2, torch.ones_like(r2))
-    c6 = (sigma * sigma / r2) ** 3
+    rij, inside, r2, c6 = _pair_terms(positions, edge_index, shifts, sigma, cutoff)
     dphi_over_r = torch.where(inside, -24.0 * epsilon * (2.0 * c6 * c6 - c6) / r2, 0.0)
     # d(1/2 g_i phi(r_ij)) / d r_ij, per edge
     grad_rij = (0.5 * grad_energies[i] * dphi_over_r).unsqueeze(-1) * rij

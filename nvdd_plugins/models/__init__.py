@@ -11,7 +11,7 @@ from nvdd_plugins.models.base import (
 )
 from nvdd_plugins.models.evaluate import ModelEvaluator, evaluate_model
 from nvdd_plugins.models.lennard_jones import LennardJonesModel
-from nvdd_plugins.models.mace import MACEWrapper
+from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 
 __all__ = [
@@ -25,4 +25,5 @@ __all__ = [
     "NeighborListFormat",
     "SimpleMPNN",
     "evaluate_model",
+    "random_mace",
 ]

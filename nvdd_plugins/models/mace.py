@@ -7,8 +7,10 @@ aggregation is a `scatter_add_` onto receivers, so `SPEC_MPNN_HALO` distributes 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from os import PathLike
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -17,7 +19,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
 
-__all__ = ["MACEWrapper"]
+__all__ = ["MACEWrapper", "random_mace"]
 
 
 class MACEWrapper(nn.Module, BaseModelMixin):
@@ -111,3 +113,55 @@ class MACEWrapper(nn.Module, BaseModelMixin):
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
         """`SPEC_MPNN_HALO` for the halo strategy."""
         return SPEC_MPNN_HALO if strategy in (None, StrategyKind.HALO) else None
+
+
+def random_mace(
+    species: Sequence[int],
+    hidden_irreps: str = "8x0e+8x1o",
+    max_ell: int = 2,
+    correlation: int = 2,
+    r_max: float = 4.5,
+    num_interactions: int = 2,
+    num_bessel: int = 6,
+    mlp_irreps: str = "8x0e",
+    atomic_energies: Sequence[float] | None = None,
+    avg_num_neighbors: float = 12.0,
+    interaction_scale: float = 0.1,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> nn.Module:
+    """A random-weight mace `ScaleShiftMACE` (residual interaction blocks, Bessel radial
+    basis) for tests, examples and benchmarks; nothing is downloaded. Weights depend only on
+    `seed` (the global RNG state is kept)."""
+    import mace  # noqa: F401  (optional dependency; must be imported before e3nn)
+    from e3nn import o3
+    from mace import modules
+
+    block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+    energies = np.zeros(len(species)) if atomic_energies is None else np.array(atomic_energies)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = modules.ScaleShiftMACE(
+            r_max=r_max,
+            num_bessel=num_bessel,
+            num_polynomial_cutoff=5,
+            max_ell=max_ell,
+            interaction_cls=block,
+            interaction_cls_first=block,
+            num_interactions=num_interactions,
+            num_elements=len(species),
+            hidden_irreps=o3.Irreps(hidden_irreps),
+            MLP_irreps=o3.Irreps(mlp_irreps),
+            gate=torch.nn.functional.silu,
+            atomic_energies=energies,
+            avg_num_neighbors=avg_num_neighbors,
+            atomic_numbers=list(species),
+            correlation=correlation,
+            radial_type="bessel",
+            atomic_inter_scale=interaction_scale,
+            atomic_inter_shift=0.0,
+        )
+    finally:
+        torch.random.set_rng_state(state)
+    return model.to(dtype)

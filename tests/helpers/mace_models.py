@@ -2,41 +2,19 @@
 
 from __future__ import annotations
 
-import mace  # noqa: F401  (before e3nn: mace sets torch.load defaults e3nn needs)
 import numpy as np
 import torch
-from e3nn import o3
-from mace import modules
+
+from nvdd_plugins.models import random_mace
 
 MACE_R_MAX = 4.5
 
 
 def tiny_mace(seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.nn.Module:
     """2 interactions, 8x0e+8x1o, max_ell 2, correlation 2, species Ar (18) and Cu (29)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    model = modules.ScaleShiftMACE(
-        r_max=MACE_R_MAX,
-        num_bessel=6,
-        num_polynomial_cutoff=5,
-        max_ell=2,
-        interaction_cls=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-        interaction_cls_first=modules.interaction_classes["RealAgnosticResidualInteractionBlock"],
-        num_interactions=2,
-        num_elements=2,
-        hidden_irreps=o3.Irreps("8x0e+8x1o"),
-        MLP_irreps=o3.Irreps("8x0e"),
-        gate=torch.nn.functional.silu,
-        atomic_energies=np.array([-0.5, -1.5]),
-        avg_num_neighbors=12.0,
-        atomic_numbers=[18, 29],
-        correlation=2,
-        radial_type="bessel",
-        atomic_inter_scale=0.1,
-        atomic_inter_shift=0.0,
+    return random_mace(
+        [18, 29], r_max=MACE_R_MAX, atomic_energies=[-0.5, -1.5], seed=seed, dtype=dtype
     )
-    torch.random.set_rng_state(state)
-    return model.to(dtype)
 
 
 def with_two_species(atoms):

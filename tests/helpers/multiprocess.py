@@ -93,38 +93,29 @@ def run_gloo(
         ]
 
 
-def run_mpi(
-    n_ranks: int, script: str | Path, *args: str, timeout: float = 180.0, python: str | None = None
-) -> str:
-    """Run `mpirun -n N python -m mpi4py script args...`; return its output.
-
-    Fails (AssertionError with the output) on a non-zero exit, and kills the whole process
-    group on timeout.
-    """
+def mpi_env() -> dict[str, str]:
+    """Environment for mpirun jobs: root allowed, oversubscription, one thread, repo importable."""
     env = dict(os.environ)
     env.update(
         OMPI_ALLOW_RUN_AS_ROOT="1",
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
         OMPI_MCA_rmaps_base_oversubscribe="1",
         OMP_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
     )
-    command = [
-        "mpirun",
-        "-n",
-        str(n_ranks),
-        python or sys.executable,
-        "-m",
-        "mpi4py",
-        str(script),
-        *args,
-    ]
+    return env
+
+
+def run_command(command: list[str], cwd: Path | None, timeout: float) -> tuple[int, str]:
+    """Run `command` in its own session with `mpi_env()`; on timeout kill the whole group
+    (SIGTERM, then SIGKILL) and fail. Returns the exit code and the merged output."""
     process = subprocess.Popen(
         command,
+        cwd=cwd,
+        env=mpi_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=env,
         start_new_session=True,
     )
     try:
@@ -137,7 +128,29 @@ def run_mpi(
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
         raise AssertionError(
-            f"mpirun -n {n_ranks} timed out after {timeout} s:\n{output}"
+            f"timed out after {timeout} s: {' '.join(command)}\n{output}"
         ) from None
-    assert process.returncode == 0, f"mpirun -n {n_ranks} exited {process.returncode}:\n{output}"
+    return process.returncode, output
+
+
+def run_mpi(
+    n_ranks: int, script: str | Path, *args: str, timeout: float = 180.0, python: str | None = None
+) -> str:
+    """Run `mpirun -n N python -m mpi4py script args...`; return its output.
+
+    Fails (AssertionError with the output) on a non-zero exit, and kills the whole process
+    group on timeout.
+    """
+    command = [
+        "mpirun",
+        "-n",
+        str(n_ranks),
+        python or sys.executable,
+        "-m",
+        "mpi4py",
+        str(script),
+        *args,
+    ]
+    code, output = run_command(command, None, timeout)
+    assert code == 0, f"mpirun -n {n_ranks} exited {code}:\n{output}"
     return output

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.multiprocess import REPO, run_mpi
-from tests.lammps.jobs import missing_lammps, run_command, run_lmp
+from tests.helpers.multiprocess import REPO, run_command, run_mpi
+from tests.lammps.jobs import missing_lammps, run_lmp
 
 if (reason := missing_lammps()) is not None:
     pytest.skip(reason, allow_module_level=True)
