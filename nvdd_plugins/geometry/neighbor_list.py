@@ -29,7 +29,11 @@ __all__ = ["NeighborList", "build_neighbor_list"]
 
 _MAX_BINS_PER_AXIS = 1 << 20
 _MAX_CANDIDATES_CPU = 1 << 24
+# ~100 bytes per candidate: 2**27 (13 GiB) keeps 500k atoms at 5 Å in one chunk on a large GPU
+# (19.7 ms instead of 21.0 ms on an H200); smaller GPUs use half.
+_MAX_CANDIDATES_LARGE_GPU = 1 << 27
 _MAX_CANDIDATES_GPU = 1 << 26
+_LARGE_GPU_BYTES = 64 << 30
 _BINS_PER_CUTOFF = 2
 
 
@@ -256,6 +260,13 @@ def _chunk_edges(
 
 
 @torch.no_grad()
+def _default_max_candidates(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _MAX_CANDIDATES_CPU
+    large = torch.cuda.get_device_properties(device).total_memory >= _LARGE_GPU_BYTES
+    return _MAX_CANDIDATES_LARGE_GPU if large else _MAX_CANDIDATES_GPU
+
+
 def build_neighbor_list(
     positions: torch.Tensor,
     cell: torch.Tensor | None,
@@ -271,7 +282,8 @@ def build_neighbor_list(
     three bools. Works for triclinic cells, atoms outside the cell and cutoffs larger than the
     box (several images of a pair, self-images ``(i, i, n != 0)``). Runs in O(N) time for a
     bounded density. ``max_candidates`` bounds the candidate pairs held in memory at once
-    (about 100 bytes each; default 2**24 on the CPU, 2**26 on a GPU).
+    (about 100 bytes each; default 2**24 on the CPU, 2**26 on a GPU, 2**27 on a GPU with at
+    least 64 GiB).
     Indices are not differentiable and ``shifts`` is detached: for gradients with respect to
     the cell, recompute ``unit_shifts.to(dtype) @ cell``. Output keeps the input dtype/device.
     """
@@ -326,7 +338,7 @@ def build_neighbor_list(
         slot_pos=ext.pos.index_select(0, ext.central).repeat_interleave(start.shape[1], dim=0),
     )
     if max_candidates is None:
-        max_candidates = _MAX_CANDIDATES_GPU if device.type == "cuda" else _MAX_CANDIDATES_CPU
+        max_candidates = _default_max_candidates(device)
     lattice = cell if full_cell is not None else None
     chunks = [
         _chunk_edges(positions, lattice, ext, grid, q0, q1, n_candidates, reach, cutoff)
