@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml scripts/install_mpi.sh scripts/install_lammps.sh
 	touch $@
 
 demo: install
-	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_nvt_distributed.py
+	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_mace_nvt_distributed.py
 
 test: install
 	$(PY) -m pytest

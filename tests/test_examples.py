@@ -1,0 +1,53 @@
+"""Every example script runs as its docstring says (short runs, hard timeouts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.helpers.multiprocess import REPO, run_command, run_mpi
+
+pytestmark = pytest.mark.multiprocess
+EXAMPLES = REPO / "examples"
+
+
+def _ok(command: list[str], timeout: float) -> str:
+    code, output = run_command(command, REPO, timeout)
+    assert code == 0, output
+    return output
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "lj",
+        pytest.param(
+            "mace",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("mace") is None, reason="needs mace-torch"
+            ),
+        ),
+    ],
+)
+def test_distributed_nvt_under_torchrun(model: str) -> None:
+    script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--cells", "3"], 240)
+    assert "done: 10 steps" in output and "T[K]" in output
+
+
+def test_byo_model_example() -> None:
+    output = _ok([sys.executable, str(EXAMPLES / "distributed" / "04_byo_pytorch_mpnn.py")], 240)
+    assert "4 rank(s)" in output and "gives it back: True" in output
+
+
+def test_ase_examples_under_mpirun(tmp_path) -> None:
+    trajectory = tmp_path / "md.traj"
+    output = run_mpi(
+        2, EXAMPLES / "ase" / "md.py", "--steps", "20", "--trajectory", str(trajectory)
+    )
+    assert output.count("wrote") == 1 and trajectory.exists()
+    output = run_mpi(2, EXAMPLES / "ase" / "relax.py", "--fmax", "0.01")
+    assert output.count("FIRE converged") == 1
