@@ -21,7 +21,8 @@ class TorchDistCommunicator(Communicator):
     Args:
         group: the process group (None: the world).
         staging_device: where tensors travel. Default: CPU for gloo (gloo cannot move CUDA
-            tensors point-to-point), the tensor's own device otherwise.
+            tensors point-to-point), this process's CUDA device for NCCL (NCCL moves only
+            CUDA tensors, and plans and counts live on the CPU).
     """
 
     def __init__(self, group: Any = None, staging_device: torch.device | str | None = None) -> None:
@@ -36,6 +37,8 @@ class TorchDistCommunicator(Communicator):
         self.backend = dist.get_backend(group)
         if staging_device is None and self.backend == "gloo":
             staging_device = "cpu"
+        if staging_device is None and self.backend == "nccl":
+            staging_device = torch.device("cuda", torch.cuda.current_device())
         self.staging_device = torch.device(staging_device) if staging_device else None
 
     def _global(self, peer: int) -> int:
