@@ -97,8 +97,8 @@ class HaloDomain:
     def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owner rank of each of this rank's atoms; with hysteresis, atoms within that
         distance of this sub-domain stay."""
-        partitioner = self._follow_cell(cell, positions.device)
-        dest = partitioner.rank_of(positions)
+        dest = self.owners(positions, cell)
+        partitioner = self._partitioner()
         h = self.config.migration_hysteresis
         if h > 0 and positions.shape[0]:
             home, _ = partitioner.home_fractional(positions)
@@ -149,11 +149,14 @@ class HaloDomain:
         order = torch.argsort(fields["global_ids"])
         owned.set_nodes({name: value[order] for name, value in fields.items()})
 
+    def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """Owning rank of each position for the current cell (no hysteresis)."""
+        partitioner = self._follow_cell(cell.detach(), positions.device)
+        return partitioner.rank_of(positions.detach())
+
     def select_owned(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Indices of the atoms this rank owns when every rank holds the full system."""
-        partitioner = self._follow_cell(cell.detach(), positions.device)
-        owners = partitioner.rank_of(positions.detach())
-        return torch.nonzero(owners == self.comm.rank).flatten()
+        return torch.nonzero(self.owners(positions, cell) == self.comm.rank).flatten()
 
     def build(self, owned: Batch) -> HaloView:
         """Select ghosts and build plan, view and neighbour list for the current owned atoms."""

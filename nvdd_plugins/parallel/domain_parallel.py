@@ -90,7 +90,7 @@ class DomainParallel:
         nodes, system, device = self.comm.broadcast_object(schema, src=0)
         fields = {}
         if self.comm.rank == 0:
-            owner = self.model.domain.partitioner.rank_of(full.positions)
+            owner = self.model.domain.owners(full.positions, full.cell[0])
             parts = {name: value for name, value in full.fields(FieldLevel.NODE)}
         for name, (dtype, trailing) in nodes.items():
             template = torch.empty((0, *trailing), dtype=dtype)
