@@ -38,6 +38,12 @@ def test_distributed_nvt_under_torchrun(model: str) -> None:
     assert "done: 10 steps" in output and "T[K]" in output
 
 
+def test_distributed_nvt_under_mpirun() -> None:
+    script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
+    output = run_mpi(2, script, "--model", "lj", "--steps", "10", "--cells", "3", timeout=240)
+    assert "rank 1/2" in output and "done: 10 steps" in output
+
+
 def test_byo_model_example() -> None:
     output = _ok([sys.executable, str(EXAMPLES / "distributed" / "04_byo_pytorch_mpnn.py")], 240)
     assert "4 rank(s)" in output and "gives it back: True" in output

@@ -125,7 +125,7 @@ class DomainDecomposedCalculator(Calculator):
             "forces": result["forces"].cpu().numpy(),
             "energies": result["energies"].cpu().numpy(),
         }
-        if "stress" in result:
+        if has_volume and "stress" in result:
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
-        if "stresses" in result:
+        if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())

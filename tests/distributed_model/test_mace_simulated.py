@@ -6,7 +6,11 @@ import pytest
 
 pytest.importorskip("mace")
 
+import numpy as np
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import MACEWrapper
 from tests.helpers.mace_models import (
     mace_calculator_reference,
@@ -33,3 +37,25 @@ def test_mace_matches_mace_calculator(system: str, world_size: int) -> None:
     )
     for rank, result in enumerate(results):
         assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}")
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("system", ["bulk", "slab"])
+def test_mace_through_domain_parallel_matches_mace_calculator(system: str, world_size: int) -> None:
+    model = tiny_mace()
+    atoms = with_two_species(SYSTEMS[system]())
+    atoms.set_velocities(np.zeros((len(atoms), 3)))
+    ref = mace_calculator_reference(model, atoms)
+    wrapper = MACEWrapper(model)
+
+    def rank(comm):
+        config = DomainConfig(cutoff=wrapper.cutoff, skin=0.3, mesh=comm)
+        dd = DomainParallel(NVE(wrapper, 1.0), config)
+        dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+        dd.dynamics.prepare(dd.batch)  # energy and forces of the initial configuration
+        full = dd.gather(dd.batch)
+        return full.energy, full.forces
+
+    for energy, forces in run_simulated(world_size, rank):
+        assert float((energy - ref["energy"]).abs().max()) / len(atoms) < 1e-10
+        assert float((forces - ref["forces"]).abs().max()) < 1e-8

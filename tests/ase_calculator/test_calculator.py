@@ -1,0 +1,69 @@
+"""DomainDecomposedCalculator in one process: ASE conventions, caching, no MPI needed."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from ase.calculators.lj import LennardJones
+
+from nvdd_plugins.ase import DomainDecomposedCalculator
+from nvdd_plugins.comm import SimulatedCommunicator
+from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model
+
+
+def test_runs_without_mpi4py(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # `from mpi4py import MPI` now fails
+    calc = DomainDecomposedCalculator(lj_model())
+    assert isinstance(calc.comm, SimulatedCommunicator) and calc.comm.size == 1
+    atoms, reference = SYSTEMS["bulk"](), SYSTEMS["bulk"]()
+    atoms.calc = calc
+    reference.calc = LennardJones(epsilon=LJ_EPSILON, sigma=LJ_SIGMA, rc=LJ_CUTOFF)
+    assert abs(atoms.get_potential_energy() - reference.get_potential_energy()) < 1e-10
+    assert np.abs(atoms.get_stresses() - reference.get_stresses()).max() < 1e-12
+    assert np.abs(atoms.get_potential_energies() - reference.get_potential_energies()).max() < 1e-12
+
+
+def test_decomposition_is_reused_until_atoms_move_more_than_half_the_skin() -> None:
+    atoms = SYSTEMS["bulk"]()
+    atoms.calc = DomainDecomposedCalculator(lj_model(), skin=0.6)
+    atoms.get_forces()
+    domain = atoms.calc.distributed_model.domain
+    assert domain.rebuilds == 1
+    atoms.positions[0, 0] += 0.2
+    atoms.get_forces()
+    assert domain.rebuilds == 1
+    atoms.positions[0, 0] += 0.2
+    atoms.get_forces()
+    assert domain.rebuilds == 2
+    atoms.set_cell(atoms.cell.array * 1.001, scale_atoms=True)
+    atoms.get_stress()
+    assert domain.rebuilds == 3
+
+
+def test_changing_species_starts_a_new_decomposition() -> None:
+    atoms = SYSTEMS["bulk"]()
+    atoms.calc = DomainDecomposedCalculator(lj_model())
+    atoms.get_potential_energy()
+    first = atoms.calc.distributed_model
+    atoms.numbers[0] = 36
+    atoms.get_potential_energy()
+    assert atoms.calc.distributed_model is not first
+
+
+def test_results_are_cached_between_identical_calls() -> None:
+    atoms = SYSTEMS["slab"]()
+    atoms.calc = DomainDecomposedCalculator(lj_model())
+    forces = atoms.get_forces()
+    rebuilds = atoms.calc.distributed_model.domain.rebuilds
+    assert np.array_equal(atoms.get_forces(), forces)
+    assert atoms.calc.distributed_model.domain.rebuilds == rebuilds
+
+
+def test_stress_of_a_cluster_is_not_implemented() -> None:
+    atoms = SYSTEMS["cluster"]()
+    atoms.calc = DomainDecomposedCalculator(lj_model())
+    atoms.get_forces()
+    with pytest.raises(Exception, match="stress"):
+        atoms.get_stress()
