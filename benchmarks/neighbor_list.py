@@ -21,17 +21,24 @@ from nvdd_plugins.geometry import build_neighbor_list
 
 
 def time_build(
-    positions: torch.Tensor, cell: torch.Tensor, cutoff: float, warmup: int, repeats: int
+    positions: torch.Tensor,
+    cell: torch.Tensor,
+    cutoff: float,
+    warmup: int,
+    repeats: int,
+    max_candidates: int | None = None,
 ) -> tuple[list[float], int]:
     """Wall-clock seconds of each timed build and the number of edges."""
     edges = 0
     for _ in range(warmup):
-        edges = build_neighbor_list(positions, cell, True, cutoff).num_edges
+        edges = build_neighbor_list(
+            positions, cell, True, cutoff, max_candidates=max_candidates
+        ).num_edges
     times = []
     for _ in range(repeats):
         synchronize(positions.device)
         start = time.perf_counter()
-        nl = build_neighbor_list(positions, cell, True, cutoff)
+        nl = build_neighbor_list(positions, cell, True, cutoff, max_candidates=max_candidates)
         synchronize(positions.device)
         times.append(time.perf_counter() - start)
         edges = nl.num_edges
@@ -51,6 +58,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's)")
+    parser.add_argument(
+        "--max-candidates", type=int, help="candidate pairs per chunk (default: the library's)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     if args.threads:
@@ -75,7 +85,9 @@ def main() -> None:
     for device in devices:
         for size in args.sizes:
             positions, cell = fcc_crystal(size, args.lattice, args.rattle, dtype, device)
-            times, edges = time_build(positions, cell, args.cutoff, args.warmup, args.repeats)
+            times, edges = time_build(
+                positions, cell, args.cutoff, args.warmup, args.repeats, args.max_candidates
+            )
             n_atoms = positions.shape[0]
             row = {
                 "device": str(device),
