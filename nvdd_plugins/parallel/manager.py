@@ -193,8 +193,15 @@ class DistributedManager:
 
     @classmethod
     def cleanup(cls) -> None:
-        """Destroy the process group (if any) and forget the mesh."""
+        """Destroy the process group (if any) and forget the mesh.
+
+        On a normal exit all ranks first meet at a barrier: tearing gloo down while a peer
+        still talks to it can abort that peer. While an exception propagates there is no
+        barrier (the failed rank's peers are ended by the launcher instead).
+        """
         if dist.is_available() and dist.is_initialized():
+            if sys.exc_info()[0] is None:
+                dist.barrier()
             dist.destroy_process_group()
         set_default_communicator(None)
         cls._current = None

@@ -34,6 +34,7 @@ def _gloo_worker(
     try:
         result = fn(TorchDistCommunicator(), *args)
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()  # no rank tears gloo down while a peer still uses it
     except BaseException:
         with open(os.path.join(out_dir, f"rank{rank}.err"), "w") as err:
             err.write(f"{time.time()!r}\n{traceback.format_exc()}")
