@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import logging
 import os
 import socket
@@ -203,5 +204,8 @@ class DistributedManager:
             if sys.exc_info()[0] is None:
                 dist.barrier()
             dist.destroy_process_group()
+            # gloo's worker threads may still hold the last references to exchanged tensors;
+            # releasing them now, while the interpreter is alive, avoids an abort at exit.
+            gc.collect()
         set_default_communicator(None)
         cls._current = None
