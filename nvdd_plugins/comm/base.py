@@ -61,6 +61,14 @@ class Communicator(ABC):
         table = self.all_gather(torch.as_tensor(list(counts), dtype=torch.long).unsqueeze(0))
         return [int(row[0, self.rank]) for row in table]
 
+    def gather_by_id(
+        self, ids: torch.Tensor, fields: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """Every rank's rows of `fields`, concatenated and ordered by the rows' global `ids`,
+        identical on every rank (collective)."""
+        order = torch.argsort(torch.cat(self.all_gather(ids)))
+        return {name: torch.cat(self.all_gather(value))[order] for name, value in fields.items()}
+
     def exchange_variable(
         self, sends: Mapping[int, torch.Tensor], template: torch.Tensor
     ) -> dict[int, torch.Tensor]:

@@ -146,26 +146,14 @@ class DistributedModel(nn.Module):
         if rebuild:
             self._rebuild(owned)
         local = self.evaluate_view(self.domain.view, owned, properties)
-        return self._gather_full(local, ids, full.num_nodes)
+        per_node = {
+            k: v for k, v in local.items() if self.spec.output_kinds.get(k) is OutputKind.PER_NODE
+        }
+        return {**local, **self.comm.gather_by_id(ids, per_node)}
 
     def _rebuild(self, owned: Batch) -> None:
         self.domain.build(owned)
         self._check_indices = True
-
-    def _gather_full(
-        self, local: dict[str, torch.Tensor], ids: torch.Tensor, n_atoms: int
-    ) -> dict[str, torch.Tensor]:
-        all_ids = torch.cat(self.comm.all_gather(ids))
-        result = {}
-        for name, value in local.items():
-            if self.spec.output_kinds.get(name) is OutputKind.PER_NODE:
-                gathered = torch.cat(self.comm.all_gather(value))
-                full = gathered.new_zeros((n_atoms, *gathered.shape[1:]))
-                full[all_ids] = gathered
-                result[name] = full
-            else:
-                result[name] = value
-        return result
 
     # -- the distributed evaluation ---------------------------------------------------------
     def evaluate_view(

@@ -14,7 +14,7 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext
+from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext, due_hooks
 from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 
 __all__ = ["BaseDynamics", "Evaluator"]
@@ -78,11 +78,7 @@ class BaseDynamics:
 
     # -- driving --------------------------------------------------------------------------
     def _due(self, stage: DynamicsStage) -> list[Hook]:
-        return [
-            hook
-            for hook in self.hooks
-            if hook.stage == stage and self.step_count % max(int(hook.frequency), 1) == 0
-        ]
+        return due_hooks(self.hooks, stage, self.step_count)
 
     def fire(self, stage: DynamicsStage, batch: Batch) -> None:
         """Run this dynamics' hooks registered for `stage` that are due this step."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -11,7 +12,7 @@ from nvdd_plugins.data import Batch
 if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
     from nvdd_plugins.dynamics.base import BaseDynamics
 
-__all__ = ["DynamicsStage", "Hook", "HookContext", "HookScope"]
+__all__ = ["DynamicsStage", "Hook", "HookContext", "HookScope", "due_hooks"]
 
 
 class DynamicsStage(StrEnum):
@@ -57,3 +58,12 @@ class Hook(Protocol):
 
     def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
         """Run at `stage` every `frequency` steps."""
+
+
+def due_hooks(hooks: Sequence[Hook], stage: DynamicsStage, step: int) -> list[Hook]:
+    """The hooks registered for `stage` that fire at `step` (every `frequency` steps)."""
+    return [
+        hook
+        for hook in hooks
+        if hook.stage == stage and step % max(int(getattr(hook, "frequency", 1)), 1) == 0
+    ]

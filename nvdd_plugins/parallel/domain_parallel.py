@@ -14,6 +14,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel
 from nvdd_plugins.dynamics import BaseDynamics, DynamicsStage, Hook, HookContext, HookScope
+from nvdd_plugins.dynamics.stages import due_hooks
 
 __all__ = ["DomainParallel"]
 
@@ -122,22 +123,14 @@ class DomainParallel:
     # -- stepping -------------------------------------------------------------------------
     def gather(self, batch: Batch) -> Batch:
         """The full system, ordered by global id, assembled from every rank (collective)."""
-        fields = {}
-        ids = torch.cat(self.comm.all_gather(batch.global_ids))
-        order = torch.argsort(ids)
-        for name, value in batch.fields(FieldLevel.NODE):
-            fields[name] = torch.cat(self.comm.all_gather(value))[order]
+        fields = self.comm.gather_by_id(batch.global_ids, dict(batch.fields(FieldLevel.NODE)))
         system = dict(batch.fields(FieldLevel.SYSTEM))
-        n = int(ids.shape[0])
+        n = int(fields["global_ids"].shape[0])
         return Batch(fields, {}, system, torch.tensor([0, n], device=batch.device))
 
     def _fire(self, stage: DynamicsStage, batch: Batch) -> None:
         step = self.dynamics.step_count
-        due = [
-            h
-            for h in self.hooks
-            if h.stage == stage and step % max(int(getattr(h, "frequency", 1)), 1) == 0
-        ]
+        due = due_hooks(self.hooks, stage, step)
         if not due:
             return
         scopes = {HookScope(getattr(h, "scope", HookScope.LOCAL)) for h in due}

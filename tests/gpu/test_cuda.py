@@ -11,7 +11,7 @@ from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import Communicator, SimulatedMesh
 from nvdd_plugins.models import evaluate_model
 from tests.helpers.multiprocess import run_gloo
-from tests.helpers.oracle import assert_close, errors, properties_for
+from tests.helpers.oracle import assert_close, errors, properties_for, requested
 from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
 
 pytestmark = [
@@ -43,7 +43,7 @@ def _on_device(model_name: str, system: str, device: str, distributed: bool, com
         result = dd.evaluate_replicated(batch, properties)
     else:
         result = evaluate_model(model, batch, properties)
-    return {k: v.cpu() for k, v in result.items() if k in {*properties, "energies"}}
+    return {k: v.cpu() for k, v in requested(result, properties).items()}
 
 
 @pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])

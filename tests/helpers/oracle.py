@@ -26,12 +26,13 @@ def reference(
     model: BaseModelMixin, atoms: Atoms, properties: Iterable[str]
 ) -> dict[str, torch.Tensor]:
     """The model run single-process on the full system (requested outputs + energies)."""
-    return _requested(evaluate_model(model, Batch.from_atoms(atoms), properties), properties)
+    return requested(evaluate_model(model, Batch.from_atoms(atoms), properties), properties)
 
 
-def _requested(
+def requested(
     result: dict[str, torch.Tensor], properties: Iterable[str]
 ) -> dict[str, torch.Tensor]:
+    """The requested outputs plus per-atom energies and stresses."""
     keep = {*properties, "energies", "stresses"}
     return {k: v for k, v in result.items() if k in keep}
 
@@ -47,7 +48,7 @@ def replicated(
     """The model through DistributedModel with every rank holding the full system."""
     config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid)
     distributed = DistributedModel(model, config)
-    result = _requested(
+    result = requested(
         distributed.evaluate_replicated(Batch.from_atoms(atoms), properties), properties
     )
     result["n_owned"] = torch.tensor(distributed.domain.view.n_owned)
