@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from nvdd_plugins.geometry.cell import rows_times_3x3
+
 __all__ = ["DecompositionFrame"]
 
 
@@ -75,7 +77,7 @@ class DecompositionFrame:
 
     def fractional(self, positions: torch.Tensor) -> torch.Tensor:
         """Fractional coordinates of Cartesian positions in this frame."""
-        return (positions - self.origin) @ self.inverse
+        return rows_times_3x3(positions - self.origin, self.inverse)
 
     def to(
         self, device: torch.device | str, dtype: torch.dtype | None = None

@@ -10,6 +10,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_, halo_forward
 from nvdd_plugins.decomposition import SpatialPartitioner
+from nvdd_plugins.geometry.cell import rows_times_3x3
 from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
 
 __all__ = ["HaloView", "assemble_view", "build_halo_view"]
@@ -85,7 +86,7 @@ class HaloView:
         if self.plan.n_ghost:
             rows = torch.cat([rows, rows.new_zeros(self.plan.n_ghost, 3)])
             rows = halo_forward(rows, self.plan, comm)
-        rows = rows + self._image_rows.to(cell.dtype) @ cell
+        rows = rows + rows_times_3x3(self._image_rows.to(cell.dtype), cell)
         if self.n_rows == self.n_local:
             return rows
         return torch.cat([rows, self.padding_positions.to(rows.dtype)])
@@ -101,7 +102,7 @@ class HaloView:
 
     def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
         """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3)."""
-        return self._unit_shift_rows.to(cell.dtype) @ cell
+        return rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
 
     def active_edges(
         self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
@@ -218,7 +219,7 @@ def build_halo_view(
     _, wrap = partitioner.home_fractional(owned_positions)
     units = torch.cat([-wrap, ghost_units.to(device)])
     with torch.no_grad():
-        local = local_rows(owned_positions) + units.to(cell.dtype) @ cell
+        local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
     listed = build_neighbor_list(local, cell, wrapped, width)
     touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.geometry.cell import rows_times_3x3
 from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
 from nvdd_plugins.geometry.rebuild import RebuildDetector
 
@@ -13,11 +14,9 @@ __all__ = ["VerletNeighborList", "attach_neighbor_list", "edge_shifts"]
 
 def edge_shifts(batch: Batch, edge_index: torch.Tensor, unit_shifts: torch.Tensor) -> torch.Tensor:
     """Cartesian shift vectors (Å) of the edges: unit shifts times their system's cell."""
-    units = unit_shifts if unit_shifts.is_floating_point() else unit_shifts.to(batch.dtype)
     if batch.num_graphs == 1:
-        return units @ batch.cell[0]
-    cells = batch.cell[batch.batch_idx[edge_index[0]]]
-    return torch.einsum("ej,ejk->ek", units, cells)
+        return rows_times_3x3(unit_shifts, batch.cell[0])
+    return rows_times_3x3(unit_shifts, batch.cell[batch.batch_idx[edge_index[0]]])
 
 
 def attach_neighbor_list(batch: Batch, cutoff: float) -> None:

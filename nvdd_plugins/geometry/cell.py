@@ -17,6 +17,7 @@ __all__ = [
     "complete_cell",
     "minimum_image",
     "perpendicular_widths",
+    "rows_times_3x3",
     "to_cartesian",
     "to_fractional",
     "volume",
@@ -141,6 +142,20 @@ def complete_cell(cell: torch.Tensor, pbc: PbcLike) -> torch.Tensor:
     return host.to(dtype=cell.dtype, device=cell.device)
 
 
+def rows_times_3x3(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """``rows @ matrix`` for rows of three, ``rows`` (..., 3) and ``matrix`` (..., 3, 3) with
+    broadcasting batch dimensions, in the full precision of the dtype on every device.
+
+    Written as three scaled matrix rows instead of a matrix product because CUDA matrix
+    products in float32 may run in TF32 (``torch.set_float32_matmul_precision("high")``),
+    whose 10-bit mantissa moves a lattice shift of a 100 Å cell by ~0.1 Å: enough to drop or
+    invent neighbours. Elementwise products also give the same bits on the CPU and the GPU.
+    Integer rows (lattice shifts) are promoted to the matrix's dtype; differentiable.
+    """
+    first = rows[..., 0, None] * matrix[..., 0, :]
+    return first + rows[..., 1, None] * matrix[..., 1, :] + rows[..., 2, None] * matrix[..., 2, :]
+
+
 def to_fractional(positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
     """Fractional coordinates ``positions @ inverse(cell)`` of Cartesian positions (Å), shape kept.
 
@@ -148,14 +163,14 @@ def to_fractional(positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
     """
     _check_vectors("positions", positions)
     _check_cell(cell)
-    return positions @ _inverse(cell)
+    return rows_times_3x3(positions, _inverse(cell))
 
 
 def to_cartesian(frac: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
     """Cartesian coordinates (Å) ``frac @ cell`` of fractional coordinates, shape kept."""
     _check_vectors("frac", frac)
     _check_cell(cell)
-    return frac @ cell
+    return rows_times_3x3(frac, cell)
 
 
 def wrap_positions(
@@ -177,10 +192,10 @@ def wrap_positions(
     if cell is None:
         raise ValueError("a cell is required when an axis is periodic")
     full = complete_cell(cell, periodic)
-    frac = positions @ torch.linalg.inv(full)
+    frac = rows_times_3x3(positions, torch.linalg.inv(full))
     mask = torch.tensor(periodic, device=positions.device)
     image = torch.where(mask, torch.floor(frac), torch.zeros_like(frac)).to(torch.int64)
-    wrapped = positions - image.to(positions.dtype) @ full
+    wrapped = positions - rows_times_3x3(image, full)
     return wrapped, image
 
 
@@ -200,7 +215,7 @@ def minimum_image(vectors: torch.Tensor, cell: torch.Tensor | None, pbc: PbcLike
     if cell is None:
         raise ValueError("a cell is required when an axis is periodic")
     full = complete_cell(cell, periodic)
-    frac = vectors @ torch.linalg.inv(full)
+    frac = rows_times_3x3(vectors, torch.linalg.inv(full))
     mask = torch.tensor(periodic, device=vectors.device)
     shift = torch.where(mask, torch.round(frac), torch.zeros_like(frac))
-    return vectors - shift @ full
+    return vectors - rows_times_3x3(shift, full)

@@ -16,6 +16,7 @@ from nvdd_plugins.geometry.batch_neighbors import (
     attach_neighbor_list,
     edge_shifts,
 )
+from nvdd_plugins.geometry.cell import rows_times_3x3
 from nvdd_plugins.models.base import BaseModelMixin
 
 __all__ = [
@@ -39,11 +40,9 @@ def apply_strain(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Deform positions and cells by the symmetric part of `strain` (x -> x (1 + eps))."""
     sym = 0.5 * (strain + strain.transpose(1, 2))
-    if sym.shape[0] == 1:
-        strained_positions = positions + positions @ sym[0]
-    else:
-        strained_positions = positions + torch.einsum("ni,nij->nj", positions, sym[batch_idx])
-    return strained_positions, cell + torch.bmm(cell, sym)
+    per_atom = sym[0] if sym.shape[0] == 1 else sym[batch_idx]
+    strained_positions = positions + rows_times_3x3(positions, per_atom)
+    return strained_positions, cell + rows_times_3x3(cell, sym[:, None])
 
 
 def energy_derivatives(

@@ -11,6 +11,7 @@ from nvdd_plugins.geometry import (
     complete_cell,
     minimum_image,
     perpendicular_widths,
+    rows_times_3x3,
     to_cartesian,
     to_fractional,
     volume,
@@ -125,6 +126,23 @@ def test_minimum_image_keeps_open_axes() -> None:
     result = minimum_image(vectors, cell, (True, False, False))
     torch.testing.assert_close(result, torch.tensor([[-1.0, 3.0, 3.0], [1.5, 0.1, 9.0]]))
     assert torch.equal(minimum_image(vectors, None, False), vectors)
+
+
+def test_rows_times_3x3_is_a_full_precision_matrix_product() -> None:
+    rng = np.random.default_rng(3)
+    rows, matrix = torch.tensor(rng.normal(size=(7, 3))), torch.tensor(rng.normal(size=(3, 3)))
+    torch.testing.assert_close(rows_times_3x3(rows, matrix), rows @ matrix, rtol=1e-15, atol=1e-15)
+    batched = torch.tensor(rng.normal(size=(7, 3, 3)))
+    expected = torch.einsum("ej,ejk->ek", rows, batched)
+    torch.testing.assert_close(rows_times_3x3(rows, batched), expected, rtol=1e-15, atol=1e-15)
+    cells, strains = batched[:2], batched[2:4]
+    torch.testing.assert_close(
+        rows_times_3x3(cells, strains[:, None]), torch.bmm(cells, strains), rtol=1e-15, atol=1e-15
+    )
+    units = torch.tensor([[1, -2, 3], [0, 0, 0]])
+    result = rows_times_3x3(units, matrix)
+    assert result.dtype == torch.float64
+    torch.testing.assert_close(result, units.double() @ matrix, rtol=1e-15, atol=1e-15)
 
 
 def test_complete_cell() -> None:

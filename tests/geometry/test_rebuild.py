@@ -80,5 +80,6 @@ def test_verlet_list_stays_valid_until_rebuild() -> None:
         inside = lengths < cutoff
         kept = torch.cat((verlet.edge_index.T, verlet.unit_shifts), dim=1)[inside]
         expected = torch.cat((exact.edge_index.T, exact.unit_shifts), dim=1)
-        assert torch.equal(kept, expected)
+        assert len(kept) == len(expected)
+        assert torch.equal(kept.unique(dim=0), expected.unique(dim=0))
     assert 1 < rebuilds < 60
