@@ -152,6 +152,8 @@ def rows_times_3x3(rows: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     invent neighbours. Elementwise products also give the same bits on the CPU and the GPU.
     Integer rows (lattice shifts) are promoted to the matrix's dtype; differentiable.
     """
+    if not rows.is_floating_point():
+        rows = rows.to(matrix.dtype)  # one conversion, not three mixed-type products
     first = rows[..., 0, None] * matrix[..., 0, :]
     return first + rows[..., 1, None] * matrix[..., 1, :] + rows[..., 2, None] * matrix[..., 2, :]
 

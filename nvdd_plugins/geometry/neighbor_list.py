@@ -188,8 +188,8 @@ def _axis_columns(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Along one axis, the bins within ``stencil`` of each query's own: their index (Q, S)
     clamped to the grid, whether they exist, and the squared gap (Å²) from the query to them."""
-    reach = min(stencil, size - 1)
-    index = centre[:, None] + torch.arange(-reach, reach + 1, device=centre.device)
+    span = min(stencil, size - 1)
+    index = centre[:, None] + torch.arange(-span, span + 1, device=centre.device)
     valid = (index >= 0) & (index < size)
     index = index.clamp(0, size - 1)
     lower = index.to(fractional.dtype)
