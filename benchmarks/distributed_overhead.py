@@ -7,7 +7,9 @@
 "bare" is the single-process evaluation (energy + forces) on a Verlet list with the same
 skin, "DD@1" the DistributedModel on one rank, both at steady state (no rebuild) and measured
 side by side in this run. With --compile the compiled DistributedModel is timed too, and the
-number of graphs compiled after its warm-up is reported (0 = no recompiles). The ghost table
+number of graphs compiled after its warm-up is reported (0 = no recompiles). The rebuild
+columns time what a neighbour-list rebuild adds to a step: the bare model's list at cutoff +
+skin, and DD@1's halo view (ghost selection, plan and list). The ghost table
 gives the ghost/owned ratio per rank of a simulated decomposition at --ranks.
 """
 
@@ -22,6 +24,7 @@ from torch._dynamo.utils import counters
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import LennardJonesModel, MACEWrapper, ModelEvaluator, SimpleMPNN
 
 # model name -> (factory(dtype), fcc lattice constant Å, species)
@@ -55,6 +58,11 @@ def compare(
     row["ratio"] = row["dd_s"] / row["bare_s"]
     if device.type == "cuda":
         row["peak_bytes_per_atom"] = torch.cuda.max_memory_allocated(device) / batch.num_nodes
+    positions, cell, pbc = batch.positions, batch.cell[0], batch.pbc[0]
+    row["bare_rebuild_s"] = median_seconds(
+        lambda: build_neighbor_list(positions, cell, pbc, model.cutoff + skin), repeats, device
+    )
+    row["dd_rebuild_s"] = median_seconds(lambda: distributed.domain.build(owned), repeats, device)
     if compile_:
         config = DomainConfig(cutoff=model.cutoff, skin=skin, compile=True, compile_mode=mode)
         compiled = DistributedModel(model, config)
@@ -127,6 +135,7 @@ def main() -> None:
     print(f"# {args.device} {args.dtype}, skin {args.skin} Å, energy + forces per step")
     print(
         f"{'model':>9} {'atoms':>8} {'bare[s]':>9} {'DD@1[s]':>9} {'ratio':>6}"
+        + f" {'rebuild bare[s]':>15} {'rebuild DD@1[s]':>15}"
         + (f" {'compiled[s]':>11} {'speedup':>7} {'recompiles':>10}" if args.compile else "")
     )
     results: dict = {"args": vars(args), "overhead": [], "ghosts": []}
@@ -142,7 +151,7 @@ def main() -> None:
             results["overhead"].append(row)
             line = (
                 f"{name:>9} {row['atoms']:8d} {row['bare_s']:9.4f} {row['dd_s']:9.4f} "
-                f"{row['ratio']:6.3f}"
+                f"{row['ratio']:6.3f} {row['bare_rebuild_s']:15.4f} {row['dd_rebuild_s']:15.4f}"
             )
             if args.compile:
                 line += (

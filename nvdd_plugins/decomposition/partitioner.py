@@ -108,13 +108,17 @@ class SpatialPartitioner:
         """
         device = positions.device
         n = positions.shape[0]
+        imaged_axes = (self.frame.pbc & ~self.wrapped_axes).tolist()
+        if self.world_size == 1 and not any(imaged_axes):
+            # One sub-domain and no periodic axis needing self-images: nothing to send.
+            rows = torch.zeros(0, dtype=torch.int64, device=device)
+            return GhostImages(rows, rows, torch.zeros((0, 3), dtype=torch.int64, device=device))
         home, wrap = self.home_fractional(positions)
         reach = (self.halo_width / self.frame.widths).tolist()
         axis_entries = []
         for axis in range(3):
             p = self.grid[axis]
-            wrapped = bool(self.wrapped_axes[axis])
-            periodic = bool(self.frame.pbc[axis]) and not wrapped
+            periodic = imaged_axes[axis]
             k = math.ceil(reach[axis]) + 1 if periodic else 0
             images = torch.arange(-k, k + 1, device=device)
             coord = home[:, axis].unsqueeze(1) + images.to(home.dtype)  # (n, n_images)

@@ -224,12 +224,13 @@ def _build_grid(ext: _Extended, stencil: int, reach: float) -> _Grid:
     device = ext.pos.device
     bins = _make_bins(ext.pos, reach / stencil)
     shape = bins.shape
-    key = _linear_key(bins.coordinates(ext.pos), shape)
+    coords = bins.coordinates(ext.pos)
+    key = _linear_key(coords, shape)
     sorted_key, order = torch.sort(key, stable=True)
 
     query_pos = ext.pos.index_select(0, ext.central)
     fractional = bins.fractional(query_pos)
-    centre = bins.coordinates(query_pos)
+    centre = coords.index_select(0, ext.central)
     x_index, x_valid, x_gap = _axis_columns(
         centre[:, 0], fractional[:, 0], bins.width[0], shape[0], stencil
     )
