@@ -193,12 +193,19 @@ def wrap_positions(
         return positions.clone(), image
     if cell is None:
         raise ValueError("a cell is required when an axis is periodic")
-    full = complete_cell(cell, periodic)
+    _, image, wrapped = wrap_in_complete_cell(positions, complete_cell(cell, periodic), periodic)
+    return wrapped, image
+
+
+def wrap_in_complete_cell(
+    positions: torch.Tensor, full: torch.Tensor, periodic: tuple[bool, bool, bool]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``wrap_positions`` for an invertible cell (``complete_cell``'s output), returning the
+    wrapped fractional coordinates too: ``(frac, image, wrapped)``."""
     frac = rows_times_3x3(positions, torch.linalg.inv(full))
     mask = torch.tensor(periodic, device=positions.device)
     image = torch.where(mask, torch.floor(frac), torch.zeros_like(frac)).to(torch.int64)
-    wrapped = positions - rows_times_3x3(image, full)
-    return wrapped, image
+    return frac - image.to(frac.dtype), image, positions - rows_times_3x3(image, full)
 
 
 def minimum_image(vectors: torch.Tensor, cell: torch.Tensor | None, pbc: PbcLike) -> torch.Tensor:

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .cell import PbcLike, _as_pbc, complete_cell, perpendicular_widths, rows_times_3x3
+from .cell import (
+    PbcLike,
+    _as_pbc,
+    complete_cell,
+    perpendicular_widths,
+    rows_times_3x3,
+    wrap_in_complete_cell,
+)
 
 __all__ = ["NeighborList", "build_neighbor_list"]
 
@@ -101,11 +108,7 @@ def _extend(
         zeros = torch.zeros((n, 3), dtype=torch.int64, device=device)
         return _Extended(index, zeros, positions, zeros, index)
 
-    frac = rows_times_3x3(positions, torch.linalg.inv(full_cell))
-    mask = torch.tensor(periodic, device=device)
-    image = torch.where(mask, torch.floor(frac), torch.zeros_like(frac)).to(torch.int64)
-    frac = frac - image.to(dtype)
-    wrapped = positions - rows_times_3x3(image, full_cell)
+    frac, image, wrapped = wrap_in_complete_cell(positions, full_cell, periodic)
 
     half_range = [
         math.floor(reach_distance / widths[k]) + 1 if periodic[k] else 0 for k in range(3)
