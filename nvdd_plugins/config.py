@@ -36,6 +36,8 @@ class DomainConfig:
             sub-domain before it migrates at a rebuild.
         grid: force the rank grid (px, py, pz); None picks the minimal-surface grid.
         capacity_growth: factor by which padded per-rank capacities grow when exceeded.
+        strict: raise instead of warning when the model calls an opaque op
+            (`torch.ops.<namespace>`) on per-atom tensors that no `OpAdapter` covers.
     """
 
     cutoff: float
@@ -47,6 +49,7 @@ class DomainConfig:
     migration_hysteresis: float = 0.0
     grid: tuple[int, int, int] | None = None
     capacity_growth: float = 1.25
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):

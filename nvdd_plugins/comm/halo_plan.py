@@ -45,6 +45,14 @@ class HaloPlan:
         return self.n_local - self.n_owned
 
     @property
+    def exchanges(self) -> bool:
+        """Whether a halo exchange moves any row on this rank (ghosts to fill, self-images,
+        or owned rows a peer needs). A rank with nothing to *receive* may still have to
+        *send*, so this, not `n_ghost`, decides whether a rank takes part in an exchange;
+        it is consistent between every pair of peers."""
+        return self.n_ghost > 0 or any(r.numel() for r in self.send_rows.values())
+
+    @property
     def peers(self) -> tuple[int, ...]:
         """Ranks this rank exchanges with (sorted)."""
         return tuple(sorted(set(self.send_rows) | set(self.recv_rows)))

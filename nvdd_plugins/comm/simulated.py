@@ -8,7 +8,10 @@ fail fast instead of hanging. CPU tensors only (autograd on CPU runs on the call
 from __future__ import annotations
 
 import queue
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -19,6 +22,7 @@ from nvdd_plugins.comm.base import Communicator, ReduceOp
 __all__ = ["SimulatedCommunicator", "SimulatedMesh", "run_simulated"]
 
 T = TypeVar("T")
+_POLL_S = 0.02  # how often a rank waiting for a message checks whether another rank failed
 _REDUCERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "sum": lambda t: t.sum(0),
     "max": lambda t: t.max(0).values,
@@ -37,14 +41,31 @@ class SimulatedMesh:
         self._mail = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
         self._barrier = threading.Barrier(size, timeout=timeout)
         self._slots: list[Any] = [None] * size
+        self._failed = threading.Event()
 
     def communicator(self, rank: int) -> SimulatedCommunicator:
         """The communicator of virtual rank `rank`."""
         return SimulatedCommunicator(self, rank)
 
     def abort(self) -> None:
-        """Break the barrier so every waiting rank raises instead of hanging."""
+        """Make every rank waiting in a collective or for a message raise instead of hang."""
+        self._failed.set()
         self._barrier.abort()
+
+    def take(self, source: int, destination: int, rank: int) -> Any:
+        """The next message from `source` to `destination`; raises at once when the mesh
+        was aborted, and after `timeout` seconds without a message."""
+        mailbox = self._mail[(source, destination)]
+        waited = 0.0
+        while waited < self.timeout:
+            if self._failed.is_set():
+                raise RuntimeError(f"rank {rank}: another rank failed")
+            try:
+                return mailbox.get(timeout=_POLL_S)
+            except queue.Empty:
+                waited += _POLL_S
+        self.abort()
+        raise TimeoutError(f"rank {rank}: no message from rank {source} in {self.timeout} s")
 
 
 class SimulatedCommunicator(Communicator):
@@ -57,13 +78,6 @@ class SimulatedCommunicator(Communicator):
 
     def _post(self, peer: int, payload: Any) -> None:
         self.mesh._mail[(self.rank, peer)].put(payload)
-
-    def _take(self, peer: int) -> Any:
-        try:
-            return self.mesh._mail[(peer, self.rank)].get(timeout=self.mesh.timeout)
-        except queue.Empty:
-            self.mesh.abort()
-            raise TimeoutError(f"rank {self.rank}: no message from rank {peer}") from None
 
     def exchange(
         self,
@@ -80,7 +94,7 @@ class SimulatedCommunicator(Communicator):
             if count == 0:
                 received[peer] = template.new_empty((0, *template.shape[1:]))
                 continue
-            tensor = self._take(peer)
+            tensor = self.mesh.take(peer, self.rank, self.rank)
             if tensor.shape[0] != count:
                 raise RuntimeError(
                     f"rank {self.rank}: expected {count} rows from rank {peer}, got "
@@ -122,6 +136,17 @@ class SimulatedCommunicator(Communicator):
         self._wait()
 
 
+def _where_waiting(threads: dict[int, threading.Thread]) -> str:
+    """The innermost frames of each still-running virtual rank (where it hangs)."""
+    frames = sys._current_frames()
+    lines = []
+    for rank, thread in threads.items():
+        frame = frames.get(thread.ident or -1)
+        stack = traceback.format_stack(frame)[-4:] if frame is not None else []
+        lines.append(f"rank {rank} waits in:\n" + "".join(stack))
+    return "\n".join(lines)
+
+
 def run_simulated(
     world_size: int, fn: Callable[[SimulatedCommunicator], T], timeout: float = 120.0
 ) -> list[T]:
@@ -148,11 +173,14 @@ def run_simulated(
         ]
         for thread in threads:
             thread.start()
+        deadline = time.monotonic() + timeout
         for thread in threads:
-            thread.join(timeout)
-        if any(thread.is_alive() for thread in threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = {rank: t for rank, t in enumerate(threads) if t.is_alive()}
+        if stuck:
+            where = _where_waiting(stuck)
             mesh.abort()
-            raise TimeoutError(f"simulated ranks did not finish within {timeout} s")
+            raise TimeoutError(f"simulated ranks did not finish within {timeout} s:\n{where}")
     if errors:
         # The root cause is the first error that is not a consequence of another rank failing.
         primary = next((e for e in errors if "another rank failed" not in str(e[1])), errors[0])

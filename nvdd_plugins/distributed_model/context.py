@@ -26,11 +26,13 @@ class HaloContext:
         n_owned: owned rows (first).
         owned_mask: (n_rows,) bool.
         slot: the registered halo slot.
-        in_place: refresh scatter results in place (eager: then a wrapper that forgets to
-            rebind an in-place scatter is still exact); otherwise return a new tensor
-            (compiled forwards, where the rebinding rule applies).
-        has_ghosts: False when the view has no ghost rows; refreshing is then the identity
-            and is skipped (a compiled graph then fuses across the scatters).
+        in_place: refresh the targets of in-place scatters in place (eager: then a wrapper
+            that forgets to rebind an in-place scatter is still exact); otherwise return a
+            new tensor (compiled forwards, where the rebinding rule applies).
+        exchanges: False when a halo exchange moves nothing on this rank (no ghost rows and
+            no rows a peer needs); refreshing is then the identity and is skipped (a compiled
+            graph then fuses across the scatters). Consistent between peers, so a rank that
+            skips is never waited for.
     """
 
     n_rows: int
@@ -38,7 +40,7 @@ class HaloContext:
     owned_mask: torch.Tensor
     slot: int
     in_place: bool = True
-    has_ghosts: bool = True
+    exchanges: bool = True
 
     def is_node_indexed(self, tensor: object) -> bool:
         """Whether `tensor` has one row per local atom."""
@@ -51,18 +53,20 @@ class HaloContext:
         mask = self.owned_mask.view(-1, *([1] * (tensor.dim() - 1)))
         return torch.where(mask, tensor, torch.zeros((), dtype=tensor.dtype, device=tensor.device))
 
-    def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Ghost rows take their owners' rows (autograd: ghost gradients go to the owners)."""
-        if not self.has_ghosts:
+    def refresh_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Ghost rows of `tensor` take their owners' rows, in place when `in_place` (then
+        `tensor` is returned), else in a new tensor. Autograd: ghost gradients go to the
+        owners. Only for tensors autograd has not saved (in-place would invalidate them)."""
+        if not self.exchanges:
             return tensor
         if self.in_place:
             plan, comm = slot_binding(self.slot)
             return halo_forward_(tensor, plan, comm)
         return torch.ops.nvdd.halo_forward(tensor, self.slot)
 
-    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Like `refresh`, always out of place (for op arguments and outputs)."""
-        if not self.has_ghosts:
+    def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Like `refresh_`, always into a new tensor (safe for any tensor)."""
+        if not self.exchanges:
             return tensor
         return torch.ops.nvdd.halo_forward(tensor, self.slot)
 

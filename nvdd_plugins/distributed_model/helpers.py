@@ -41,14 +41,16 @@ def replaced_helpers(
     try:
         for adapter in adapters:
             owner, attribute = _owner_and_attribute(adapter.target)
-            if isinstance(adapter, JitAdapter) and not isinstance(
-                getattr(owner, attribute), torch.jit.ScriptFunction | torch.jit.ScriptModule
-            ):
-                raise ValueError(f"JitAdapter target {adapter.target!r} is not TorchScript")
             key = (id(owner), attribute)
             with _LOCK:
+                # Another virtual rank may have patched the target already: check the original.
+                original = _ACTIVE[key][0] if key in _ACTIVE else getattr(owner, attribute)
+                if isinstance(adapter, JitAdapter) and not isinstance(
+                    original, torch.jit.ScriptFunction | torch.jit.ScriptModule
+                ):
+                    raise ValueError(f"JitAdapter target {adapter.target!r} is not TorchScript")
                 if key not in _ACTIVE:
-                    _ACTIVE[key] = [getattr(owner, attribute), 0]
+                    _ACTIVE[key] = [original, 0]
                     setattr(owner, attribute, adapter.resolved_replacement())
                 _ACTIVE[key][1] += 1
             entered.append((owner, attribute, key))

@@ -2,55 +2,101 @@
 
 A `TorchFunctionMode` sits above autograd and sees every torch call of the forward:
 
-* a scatter/index-add whose target is node-indexed (leading size == local rows) gets its
-  ghost rows overwritten with their owners' rows, in place, through an autograd op whose
-  backward sums ghost gradients back into the owners. Owned rows are already complete
-  (every edge of an owned atom is local), so any number of message-passing layers is exact
-  with a ghost shell of one cutoff;
-* a node -> system reduction (target not node-indexed, source node-indexed) only sums the
-  owned rows, so per-system outputs are this rank's partials;
-* an op named in an `OpAdapter` gets its argument and output transforms.
+* an aggregation (scatter, index_add, index_copy, index_reduce, index_put, ...) whose target
+  is node-indexed (leading size == local rows) gets its ghost rows overwritten with their
+  owners' rows through an autograd op whose backward sums ghost gradients back into the
+  owners. Owned rows are already complete (every edge of an owned atom is local), so any
+  number of message-passing layers is exact with a ghost shell of one cutoff;
+* a node -> system sum (target not node-indexed, source node-indexed) only sums the owned
+  rows, so per-system outputs are this rank's partials;
+* an op named in an `OpAdapter` gets its argument and output transforms; any other opaque
+  op (`torch.ops.<namespace>`) reading node-indexed tensors is reported once.
 
-With `check_indices` on (the first forward after each rebuild), indexing with the padding
-sentinel raises a `DistributionRuleError` naming the rule instead of an opaque IndexError.
+With `check_indices` on (the first forward after each rebuild, always eager), indexing with
+the padding sentinel raises a `DistributionRuleError` naming the rule instead of an opaque
+IndexError, and so does reading the un-refreshed target of an in-place aggregation when the
+refresh is functional (compiled runs: the result must be rebound).
 """
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.distributed_model.transforms import apply_transform
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter
 
-__all__ = ["SENTINEL_RULE", "HaloInterceptionMode"]
+__all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode"]
+
+logger = logging.getLogger(__name__)
 
 SENTINEL_RULE = (
     "halo padding edges carry sentinel indices >= n_atoms; filter them in adapt_input: "
     "valid = (edge_index[0] < n) & (edge_index[1] < n)"
 )
+REBIND_RULE = (
+    "with compile=True the halo refresh of an in-place aggregation returns a new tensor: "
+    "rebind the result (x = x.index_add_(0, i, m)) and do not read x's old value afterwards"
+)
+_TRANSPARENT_NAMESPACES = frozenset({"aten", "prims", "nvdd"})
+_REPORTED: set[Any] = set()  # opaque ops already reported (once per process)
 
-# scatter-like func -> (name of its source argument, the argument's position)
-_SCATTERS: dict[Callable[..., Any], tuple[str, int]] = {}
-for _name, _src in (
-    ("scatter_add", "src"),
-    ("index_add", "source"),
-    ("scatter_reduce", "src"),
-    ("index_reduce", "source"),
-):
-    for _func in (
-        getattr(torch.Tensor, _name),
-        getattr(torch.Tensor, _name + "_"),
-        getattr(torch, _name),
+
+@dataclass(frozen=True)
+class _Aggregation:
+    """How one aggregation call is read.
+
+    Attributes:
+        source: (position, keyword) of the written values.
+        in_place: the call writes into its first argument.
+        out_of_place: the functional twin of an in-place call.
+        kind: "sum" (node -> system masking applies), "write" (index_copy, scatter,
+            index_put without accumulate) or "reduce" (scatter_reduce, index_reduce: the
+            mode is read from the `reduce` argument).
+    """
+
+    source: tuple[int, str]
+    in_place: bool
+    out_of_place: Callable[..., Any]
+    kind: str
+
+
+def _aggregations() -> dict[Callable[..., Any], _Aggregation]:
+    table: dict[Callable[..., Any], _Aggregation] = {}
+    for name, source, kind in (
+        ("scatter_add", "src", "sum"),
+        ("index_add", "source", "sum"),
+        ("scatter_reduce", "src", "reduce"),
+        ("index_reduce", "source", "reduce"),
+        ("index_copy", "source", "write"),
+        ("scatter", "src", "write"),
+        ("index_put", "values", "write"),
     ):
-        _SCATTERS[_func] = (_src, 3)
-_INDEX_PUTS = (torch.Tensor.index_put_, torch.Tensor.index_put, torch.index_put)
-_SUM_REDUCTIONS = (None, "sum")
+        position = 2 if name == "index_put" else 3
+        twin = getattr(torch.Tensor, name)
+        functions = [(twin, False), (getattr(torch.Tensor, name + "_"), True)]
+        if hasattr(torch, name):
+            functions.append((getattr(torch, name), False))
+        for func, in_place in functions:
+            table[func] = _Aggregation((position, source), in_place, twin, kind)
+    return table
+
+
+_AGGREGATIONS = _aggregations()
+# calls whose argument 2 indexes the rows of argument 0 along `dim` (argument 1)
+_INDEXED_BY_ARG_2 = frozenset(
+    [torch.Tensor.index_select, torch.index_select]
+    + [f for f, agg in _AGGREGATIONS.items() if agg.source[0] == 3]
+)
 
 
 def _get(args: Sequence[Any], kwargs: dict[str, Any], position: int, name: str) -> Any:
@@ -64,21 +110,46 @@ def _set(args: list[Any], kwargs: dict[str, Any], position: int, name: str, valu
         kwargs[name] = value
 
 
+def _reduction(func: Any, args: Sequence[Any], kwargs: dict[str, Any], agg: _Aggregation) -> str:
+    """ "sum", "write" or the reduce mode of one call."""
+    if func in (torch.Tensor.index_put, torch.Tensor.index_put_, torch.index_put):
+        return "sum" if _get(args, kwargs, 3, "accumulate") else "write"
+    reduce = kwargs.get("reduce")
+    if agg.kind == "reduce":
+        reduce = _get(args, kwargs, 4, "reduce")
+    if reduce is None:
+        return "write" if agg.kind == "write" else "sum"
+    return str(reduce)
+
+
 class HaloInterceptionMode(TorchFunctionMode):
-    """Apply halo semantics to the torch calls of a model forward (see module docstring)."""
+    """Apply halo semantics to the torch calls of a model forward (see module docstring).
+
+    Args:
+        ctx: the local layout and the halo slot.
+        custom_ops: the spec's op adapters.
+        check_indices: also run the checks of a first forward after a rebuild.
+        strict: raise instead of warning on an opaque op that no adapter covers.
+    """
 
     def __init__(
-        self, ctx: HaloContext, custom_ops: Sequence[OpAdapter], check_indices: bool = False
+        self,
+        ctx: HaloContext,
+        custom_ops: Sequence[OpAdapter],
+        check_indices: bool = False,
+        strict: bool = False,
     ) -> None:
         super().__init__()
         self.ctx = ctx
         self.check_indices = check_indices
+        self.strict = strict
         self.adapters: dict[Any, OpAdapter] = {}
         for adapter in custom_ops:
             self.adapters[adapter.op] = adapter
             packet = getattr(adapter.op, "overloadpacket", None)
             if packet is not None:
                 self.adapters.setdefault(packet, adapter)
+        self._stale: dict[int, weakref.ref[torch.Tensor]] = {}
 
     def __torch_function__(
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
@@ -88,45 +159,58 @@ class HaloInterceptionMode(TorchFunctionMode):
         if adapter is not None:
             return self._adapted(adapter, func, list(args), kwargs)
         if self.check_indices:
+            self._check_stale(func, args, kwargs)
             self._check_sentinels(func, args, kwargs)
-        if func in _SCATTERS:
-            return self._scatter(func, list(args), kwargs)
-        if func in _INDEX_PUTS:
-            return self._index_put(func, list(args), kwargs)
+        if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+            self._check_opaque(func, args, kwargs)
+        agg = _AGGREGATIONS.get(func)
+        if agg is not None:
+            return self._aggregate(func, agg, list(args), kwargs)
         return func(*args, **kwargs)
 
-    # -- scatters ---------------------------------------------------------------------------
-    def _scatter(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        src_name, src_pos = _SCATTERS[func]
+    # -- aggregations -----------------------------------------------------------------------
+    def _aggregate(
+        self, func: Any, agg: _Aggregation, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
         target = _get(args, kwargs, 0, "input")
-        dim = _get(args, kwargs, 1, "dim")
-        src = _get(args, kwargs, src_pos, src_name)
-        reduce = _get(args, kwargs, 4, "reduce")
-        if not isinstance(target, torch.Tensor) or dim is None or dim % max(target.dim(), 1) != 0:
+        if not isinstance(target, torch.Tensor) or target.dim() == 0:
+            return func(*args, **kwargs)
+        is_put = agg.source[0] == 2
+        dim = 0 if is_put else _get(args, kwargs, 1, "dim")
+        if dim is None or dim % target.dim() != 0:
             return func(*args, **kwargs)
         if self.ctx.is_node_indexed(target):
-            return self.ctx.refresh(func(*args, **kwargs))
-        if self.ctx.is_node_indexed(src):
-            if reduce not in _SUM_REDUCTIONS:
+            return self._into_nodes(func, agg, args, kwargs)
+        source = _get(args, kwargs, *agg.source)
+        if is_put:
+            indices = _get(args, kwargs, 1, "indices") or (None,)
+            source = source if self.ctx.is_node_indexed(indices[0]) else None
+        if self.ctx.is_node_indexed(source):
+            reduction = _reduction(func, args, kwargs, agg)
+            if reduction != "sum":
                 raise DistributionRuleError(
-                    f"a node -> system {func.__name__}(reduce={reduce!r}) cannot be "
-                    "distributed by masking; only sums are. Declare an OpAdapter for it."
+                    f"a node -> system {func.__name__} ({reduction}) cannot be distributed "
+                    "by dropping ghost rows; only sums can. Declare an OpAdapter for it."
                 )
-            _set(args, kwargs, src_pos, src_name, self.ctx.mask_unowned(src))
+            _set(args, kwargs, *agg.source, self.ctx.mask_unowned(source))
         return func(*args, **kwargs)
 
-    def _index_put(self, func: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        target = _get(args, kwargs, 0, "input")
-        indices = _get(args, kwargs, 1, "indices")
-        values = _get(args, kwargs, 2, "values")
-        accumulate = bool(_get(args, kwargs, 3, "accumulate"))
-        if not accumulate or not indices:
-            return func(*args, **kwargs)
-        if self.ctx.is_node_indexed(target):
+    def _into_nodes(
+        self, func: Any, agg: _Aggregation, args: list[Any], kwargs: dict[str, Any]
+    ) -> torch.Tensor:
+        """Run an aggregation onto node rows and refresh the ghost rows of its result."""
+        if not agg.in_place:
             return self.ctx.refresh(func(*args, **kwargs))
-        if self.ctx.is_node_indexed(values) and self.ctx.is_node_indexed(indices[0]):
-            _set(args, kwargs, 2, "values", self.ctx.mask_unowned(values))
-        return func(*args, **kwargs)
+        target = args[0]
+        if (agg.kind == "reduce" or "reduce" in kwargs) and self.ctx.in_place:
+            # Autograd keeps the input and result of a scatter_reduce_/index_reduce_, so
+            # neither may be refreshed in place: reduce into a copy, refresh that, copy back.
+            result = self.ctx.refresh(agg.out_of_place(target.clone(), *args[1:], **kwargs))
+            return target.copy_(result)
+        result = self.ctx.refresh_(func(*args, **kwargs))
+        if result is not target and self.check_indices:
+            self._stale[id(target)] = weakref.ref(target)
+        return result
 
     # -- adapters ---------------------------------------------------------------------------
     def _adapted(
@@ -150,7 +234,39 @@ class HaloInterceptionMode(TorchFunctionMode):
             outputs[position] = apply_transform(transform, outputs[position], self.ctx)
         return type(result)(outputs) if isinstance(result, tuple | list) else outputs[0]
 
-    # -- sentinel check ---------------------------------------------------------------------
+    def _check_opaque(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Report an opaque op that reads node-indexed tensors and no adapter covers."""
+        packet = getattr(func, "overloadpacket", func)
+        if packet._qualified_op_name.partition("::")[0] in _TRANSPARENT_NAMESPACES:
+            return
+        if (packet in _REPORTED and not self.strict) or not any(
+            self.ctx.is_node_indexed(leaf) for leaf in tree_leaves((args, kwargs))
+        ):
+            return
+        name = f"torch.ops.{packet._qualified_op_name.replace('::', '.')}"
+        overload = f"{name}.{getattr(func, '_overloadname', 'default')}"
+        message = (
+            f"the opaque op {name} reads per-atom tensors and no OpAdapter in the spec covers "
+            "it, so nvdd cannot see whether it aggregates over edges. If it does, its ghost "
+            "rows are wrong: add OpAdapter(op="
+            f"{overload}, output_transforms={{0: ScatterOutputs()}}) to the spec's custom_ops; "
+            f"if it is per-atom, add OpAdapter(op={overload}) to say so"
+        )
+        if self.strict:
+            raise DistributionRuleError(message)
+        _REPORTED.add(packet)
+        logger.warning(message)
+
+    # -- first-forward checks ---------------------------------------------------------------
+    def _check_stale(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        if self._stale and any(self.is_stale(leaf) for leaf in tree_leaves((args, kwargs))):
+            raise DistributionRuleError(f"{func.__name__} reads a stale tensor: {REBIND_RULE}")
+
+    def is_stale(self, tensor: object) -> bool:
+        """Whether `tensor` is the un-refreshed target of an in-place aggregation."""
+        ref = self._stale.get(id(tensor))
+        return ref is not None and ref() is tensor
+
     def _check_sentinels(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         source = args[0] if args else None
         if not self.ctx.is_node_indexed(source):
@@ -159,10 +275,7 @@ class HaloInterceptionMode(TorchFunctionMode):
         if func is torch.Tensor.__getitem__ and len(args) > 1:
             key = args[1]
             index = key[0] if isinstance(key, tuple) and key else key
-        elif func in (torch.Tensor.index_select, torch.index_select):
-            if _get(args, kwargs, 1, "dim") % source.dim() == 0:
-                index = _get(args, kwargs, 2, "index")
-        elif func in _SCATTERS and _get(args, kwargs, 1, "dim") % source.dim() == 0:
+        elif func in _INDEXED_BY_ARG_2 and _get(args, kwargs, 1, "dim") % source.dim() == 0:
             index = _get(args, kwargs, 2, "index")
         if (
             isinstance(index, torch.Tensor)

@@ -17,7 +17,11 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.helpers import replaced_helpers
-from nvdd_plugins.distributed_model.interception import SENTINEL_RULE, HaloInterceptionMode
+from nvdd_plugins.distributed_model.interception import (
+    REBIND_RULE,
+    SENTINEL_RULE,
+    HaloInterceptionMode,
+)
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models.base import BaseModelMixin
@@ -261,7 +265,7 @@ class DistributedModel(nn.Module):
             view.owned_mask,
             self._slot,
             in_place=not self.config.compile,
-            has_ghosts=view.plan.n_ghost > 0,
+            exchanges=view.plan.exchanges,
         )
         try:
             with replaced_helpers(self.spec.distribution.third_party_helpers):
@@ -291,8 +295,14 @@ class DistributedModel(nn.Module):
         self, batch: Batch, ctx: HaloContext, check_indices: bool = False
     ) -> dict[str, torch.Tensor]:
         """The model forward under op interception (the part `compile=True` compiles)."""
-        with HaloInterceptionMode(ctx, self.spec.distribution.custom_ops, check_indices):
-            return self.model(batch)
+        mode = HaloInterceptionMode(
+            ctx, self.spec.distribution.custom_ops, check_indices, strict=self.config.strict
+        )
+        with mode:
+            out = self.model(batch)
+        if check_indices and any(mode.is_stale(value) for value in out.values()):
+            raise DistributionRuleError(f"the model returns a stale tensor: {REBIND_RULE}")
+        return out
 
     def _per_node(
         self, name: str, value: torch.Tensor, view: HaloView, local_rows: bool

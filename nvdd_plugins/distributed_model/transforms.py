@@ -25,7 +25,7 @@ def _refresh(value: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
             f"ScatterOutputs/GatherInputs apply to node-indexed tensors ({ctx.n_rows} rows); "
             f"got shape {tuple(value.shape)}"
         )
-    return ctx.gather(value)
+    return ctx.refresh(value)
 
 
 _EXECUTORS: dict[type[Transform], Callable[[torch.Tensor, HaloContext], torch.Tensor]] = {

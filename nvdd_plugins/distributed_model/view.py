@@ -83,7 +83,7 @@ class HaloView:
         """Every row's position from the owned ones: ghosts through `halo_forward` (so
         gradients reaching ghosts flow back to their owners), plus lattice translations."""
         rows = owned_positions
-        if self.plan.n_ghost:
+        if self.plan.exchanges:
             rows = torch.cat([rows, rows.new_zeros(self.plan.n_ghost, 3)])
             rows = halo_forward(rows, self.plan, comm)
         rows = rows + rows_times_3x3(self._image_rows.to(cell.dtype), cell)

@@ -21,6 +21,14 @@ __all__ = ["DomainParallel"]
 logger = logging.getLogger(__name__)
 
 
+def _local_device(device: torch.device) -> torch.device:
+    """This process's device of rank 0's device type: each rank's atoms live on the GPU
+    the launcher gave it (`torch.cuda.current_device()`), not on rank 0's."""
+    if device.type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class DomainParallel:
     """Run `dynamics` domain-decomposed: each rank integrates its own atoms.
 
@@ -71,7 +79,7 @@ class DomainParallel:
     # -- partition ------------------------------------------------------------------------
     def partition(self, full: Batch | None) -> Batch:
         """Distribute the full system held by rank 0 (None elsewhere); return this rank's
-        owned atoms as a single-system `Batch` (with "global_ids")."""
+        owned atoms as a single-system `Batch` (with "global_ids") on this rank's device."""
         problem = self._check_full(full) if self.comm.rank == 0 else None
         problem = self.comm.broadcast_object(problem, src=0)
         if problem:
@@ -89,6 +97,7 @@ class DomainParallel:
             system = {k: v for k, v in full.fields(FieldLevel.SYSTEM)}
             schema = (nodes, {k: v.cpu() for k, v in system.items()}, str(full.device))
         nodes, system, device = self.comm.broadcast_object(schema, src=0)
+        device = _local_device(torch.device(device))
         fields = {}
         if self.comm.rank == 0:
             owner = self.model.domain.owners(full.positions, full.cell[0])

@@ -70,16 +70,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _abort_mpi_on_exception() -> None:
-    """Under mpirun, an uncaught exception on one rank must end all ranks, not hang them."""
-    from mpi4py import MPI  # only under mpirun: importing mpi4py initialises MPI
-
+def _end_job_on_exception(launcher: str) -> None:
+    """An uncaught exception on one rank must end the whole job promptly, never leave its
+    peers waiting in a collective. Under mpirun MPI aborts every rank; under torchrun or
+    SLURM the process leaves at once (`os._exit`, skipping a process-group teardown that
+    can block on peers inside NCCL collectives), and the launcher stops the other ranks."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         previous(kind, value, tb)
+        sys.stdout.flush()
         sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+        if launcher == "mpirun":
+            from mpi4py import MPI  # only under mpirun: importing mpi4py initialises MPI
+
+            MPI.COMM_WORLD.Abort(1)
+        os._exit(1)
 
     sys.excepthook = hook
 
@@ -141,8 +147,6 @@ class DistributedManager:
             cls._current = cls(info, torch_device, SimulatedMesh(1).communicator(0))
             set_default_communicator(cls._current.mesh)
             return cls._current
-        if info.launcher == "mpirun":
-            _abort_mpi_on_exception()
         backend = backend or ("nccl" if use_cuda else "gloo")
         init_method = cls._init_method(info)
         dist.init_process_group(
@@ -152,6 +156,9 @@ class DistributedManager:
             world_size=info.world_size,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
+        # After init_process_group: it wraps the hook it finds (to prefix the rank), and ours
+        # must run last, once the traceback is printed.
+        _end_job_on_exception(info.launcher)
         staging = "cpu" if backend == "gloo" else None
         mesh = TorchDistCommunicator(staging_device=staging)
         cls._current = cls(info, torch_device, mesh)
@@ -197,12 +204,12 @@ class DistributedManager:
         """Destroy the process group (if any) and forget the mesh.
 
         On a normal exit all ranks first meet at a barrier: tearing gloo down while a peer
-        still talks to it can abort that peer. While an exception propagates there is no
-        barrier (the failed rank's peers are ended by the launcher instead).
+        still talks to it can abort that peer. While an exception propagates the group is
+        left alone (destroying an NCCL group with a peer gone can block): the exception
+        hook ends the process and the launcher ends its peers.
         """
-        if dist.is_available() and dist.is_initialized():
-            if sys.exc_info()[0] is None:
-                dist.barrier()
+        if dist.is_available() and dist.is_initialized() and sys.exc_info()[0] is None:
+            dist.barrier()
             dist.destroy_process_group()
             # gloo's worker threads may still hold the last references to exchanged tensors;
             # releasing them now, while the interpreter is alive, avoids an abort at exit.

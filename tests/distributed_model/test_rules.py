@@ -44,6 +44,7 @@ def test_without_halo_refresh_the_mpnn_is_wrong(monkeypatch):
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
     monkeypatch.setattr(HaloContext, "refresh", lambda self, x: x)
+    monkeypatch.setattr(HaloContext, "refresh_", lambda self, x: x)
     result = run_simulated(2, lambda comm: replicated(comm, model, atoms, ("energy", "forces")))[0]
     errs = errors(result, ref, len(atoms))
     assert errs["forces"] > 1e-4 and errs["energy"] > 1e-6

@@ -53,7 +53,17 @@ def make_systems() -> dict[str, LammpsSystem]:
             systems[f"{kind}_{name}"] = LammpsSystem(
                 lammps_frame(atoms), f"{kind}_{name}.data", elements, boundary
             )
+    systems["cluster_ar"] = LammpsSystem(off_centre_cluster(), "cluster_ar.data", ("Ar",), "f f f")
     return systems
+
+
+def off_centre_cluster() -> Atoms:
+    """An open Ar cluster in the lower half of a 30 Å box (`boundary f f f`): cut along z,
+    the upper rank owns nothing but receives ghosts, the lower one sends and receives none."""
+    atoms = SYSTEMS["cluster"]()
+    atoms.positions -= atoms.positions.min(axis=0) - 3.0
+    atoms.set_cell([30.0, 30.0, 30.0])
+    return atoms
 
 
 def write_models(directory: Path) -> None:
@@ -102,9 +112,12 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
         ),
         model_case("fallback_lj_bulk", "lj.pkl", bulk, n_ranks),
     ]
+    cluster = systems["cluster_ar"]
     handle = [
         model_case("mpnn_bulk", "mpnn.pkl", bulk, n_ranks, md_steps=MD_STEPS["mpnn"]),
         model_case("mpnn_slab", "mpnn.pkl", slab, n_ranks),
+        model_case("lj_cluster", "lj.pkl", cluster, n_ranks),
+        model_case("mpnn_cluster", "mpnn.pkl", cluster, n_ranks),
     ]
     return fallback, handle
 

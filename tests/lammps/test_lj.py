@@ -60,3 +60,10 @@ def test_fallback_equals_model(lmp_run, systems) -> None:
     print(f"fallback_lj_bulk np{lmp_run.n_ranks}: {errs}")
     assert_close(errs, "fallback lj")
     assert errs["stress"] < STRESS_TOL
+
+
+def test_open_cluster_with_a_send_only_rank(lmp_run, systems) -> None:
+    atoms = systems["cluster_ar"].atoms
+    errs = deviations(lmp_run.snapshot("lj_cluster"), model_reference(lj_model(), atoms), atoms)
+    print(f"lj_cluster np{lmp_run.n_ranks}: {errs}")
+    assert_close(errs, "lj open cluster")

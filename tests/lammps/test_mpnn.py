@@ -1,5 +1,6 @@
 """The 3-layer SimpleMPNN through LAMMPS at 1, 2 and 4 ranks equals `evaluate_model`: periodic
-triclinic box and slab with vacuum (empty sub-domains at 4 ranks), via the `lmp` binary
+triclinic box, slab with vacuum (empty sub-domains at 4 ranks) and an off-centre open cluster
+(a rank that only sends ghosts), via the `lmp` binary
 (handle from the input script) and via a Python driver (handle from the driver), with
 `ghostneigh` off and on, after MD with re-neighbouring, and in float32."""
 
@@ -19,11 +20,11 @@ from tests.lammps.references import at_positions, deviations, model_reference
 pytestmark = pytest.mark.lammps
 
 SYSTEM_OF = {"mpnn_bulk": "bulk_ar", "mpnn_slab": "slab_ar", "mpnn_bulk_ghostneigh": "bulk_ar"}
-LMP_CASES = ["mpnn_bulk", "mpnn_slab"]
+LMP_CASES = ["mpnn_bulk", "mpnn_slab", "mpnn_cluster"]
 
 
 def _check_static(run, systems, case: str) -> None:
-    atoms = systems[SYSTEM_OF[case]].atoms
+    atoms = systems[SYSTEM_OF.get(case, "cluster_ar")].atoms
     errs = deviations(run.snapshot(case), model_reference(mpnn_model(), atoms), atoms)
     print(f"{case} np{run.n_ranks}: {errs}")
     assert_close(errs, f"{case} np{run.n_ranks}")

@@ -1,0 +1,186 @@
+"""Code the interception cannot see into: TorchScript helpers (JitAdapter), opaque custom ops
+(OpAdapter, or a warning naming the missing adapter), and compiled in-place aggregations
+whose result is not rebound (an error naming the rule)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import torch
+
+from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.models import SimpleMPNN
+from nvdd_plugins.models.mpnn import _Interaction
+from nvdd_plugins.ops import HaloStoragePolicy, ScatterOutputs
+from nvdd_plugins.spec import (
+    SPEC_MPNN_HALO,
+    DistributionSpec,
+    JitAdapter,
+    MLIPSpec,
+    OpAdapter,
+)
+from tests.helpers.oracle import errors, reference
+from tests.helpers.systems import SYSTEMS
+
+
+@torch.jit.script
+def scripted_aggregate(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """A TorchScript aggregation: invisible to torch-function interception."""
+    return torch.zeros_like(h).index_add(0, index, m)
+
+
+def eager_aggregate(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The eager twin a JitAdapter swaps in."""
+    return torch.zeros_like(h).index_add(0, index, m)
+
+
+@torch.library.custom_op("nvdd_tests::edge_sum", mutates_args=())
+def edge_sum(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """An opaque aggregation kernel: sums edge messages `m` onto rows `index`."""
+    return torch.zeros_like(h).index_add(0, index, m)
+
+
+@edge_sum.register_fake
+def _(h, index, m):
+    return torch.empty_like(h)
+
+
+def _edge_sum_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _edge_sum_backward(ctx, grad):
+    (index,) = ctx.saved_tensors
+    return None, None, grad.index_select(0, index)
+
+
+edge_sum.register_autograd(_edge_sum_backward, setup_context=_edge_sum_context)
+
+
+class _Through(_Interaction):
+    """A layer aggregating through `aggregate(h, receivers, messages)`."""
+
+    aggregate = staticmethod(eager_aggregate)
+
+    def forward(self, h, radial, envelope, receivers, senders):
+        weight = self.filter(radial) * envelope.unsqueeze(-1)
+        messages = torch.nn.functional.silu(self.message(h[senders])) * weight
+        aggregated = self.aggregate(h, receivers, messages)
+        return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
+
+
+class _ScriptedLayer(_Through):
+    def forward(self, h, radial, envelope, receivers, senders):
+        # Looked up on the module at call time, where a JitAdapter patches it.
+        self.aggregate = globals()["scripted_aggregate"]
+        return super().forward(h, radial, envelope, receivers, senders)
+
+
+class _OpLayer(_Through):
+    aggregate = staticmethod(torch.ops.nvdd_tests.edge_sum)
+
+
+def _mpnn(layer: type, spec: MLIPSpec) -> SimpleMPNN:
+    model = SimpleMPNN(cutoff=4.5, hidden=16, n_layers=3, seed=7).double()
+    for interaction in model.layers:
+        interaction.__class__ = layer
+    model.distribution_spec = lambda strategy=None: spec
+    return model
+
+
+def _spec(custom_ops=(), helpers=()) -> MLIPSpec:
+    return MLIPSpec(
+        distribution=DistributionSpec(
+            policy=HaloStoragePolicy(), custom_ops=custom_ops, third_party_helpers=helpers
+        ),
+        output_kinds=SPEC_MPNN_HALO.output_kinds,
+    )
+
+
+def _worst_force_error(model, world_size: int, strict: bool = False) -> float:
+    atoms = SYSTEMS["bulk"]()
+    ref = reference(model, atoms, ("energy", "forces"))
+
+    def run(comm):
+        config = DomainConfig(cutoff=model.cutoff, mesh=comm, strict=strict)
+        out = DistributedModel(model, config).evaluate_replicated(
+            Batch.from_atoms(atoms), ("energy", "forces")
+        )
+        return {**out, "n_owned": torch.tensor(0)}
+
+    results = run_simulated(world_size, run, timeout=60)
+    return max(errors(r, ref, len(atoms))["forces"] for r in results)
+
+
+JIT_ADAPTER = JitAdapter(
+    target="tests.distributed_model.test_opaque_code:scripted_aggregate",
+    replacement="tests.distributed_model.test_opaque_code:eager_aggregate",
+)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_jit_adapter_on_several_virtual_ranks(world_size: int) -> None:
+    model = _mpnn(_ScriptedLayer, _spec(helpers=(JIT_ADAPTER,)))
+    assert _worst_force_error(model, world_size) < 1e-10
+
+
+def test_without_the_jit_adapter_the_scripted_helper_is_wrong() -> None:
+    assert _worst_force_error(_mpnn(_ScriptedLayer, _spec()), 2) > 1e-4
+
+
+def test_opaque_op_with_its_adapter_is_exact() -> None:
+    adapter = OpAdapter(
+        op=torch.ops.nvdd_tests.edge_sum.default, output_transforms={0: ScatterOutputs()}
+    )
+    assert _worst_force_error(_mpnn(_OpLayer, _spec(custom_ops=(adapter,))), 3) < 1e-10
+
+
+def test_opaque_op_without_adapter_is_reported(caplog) -> None:
+    model = _mpnn(_OpLayer, _spec())
+    with caplog.at_level(logging.WARNING):
+        assert _worst_force_error(model, 2) > 1e-4  # the warning is all that saves the user
+    reports = [r.getMessage() for r in caplog.records if "nvdd_tests.edge_sum" in r.getMessage()]
+    assert reports, "the unknown opaque op must be reported"
+    assert "OpAdapter(op=torch.ops.nvdd_tests.edge_sum.default" in reports[0]
+    assert "ScatterOutputs()" in reports[0]
+    with pytest.raises(RuntimeError, match="no OpAdapter in the spec covers it"):
+        _worst_force_error(model, 2, strict=True)
+
+
+class _NotRebound(_Interaction):
+    def forward(self, h, radial, envelope, receivers, senders):
+        weight = self.filter(radial) * envelope.unsqueeze(-1)
+        messages = torch.nn.functional.silu(self.message(h[senders])) * weight
+        aggregated = h.new_zeros(h.shape)
+        aggregated.index_add_(0, receivers, messages)  # result not rebound
+        return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
+
+
+def test_compiled_run_refuses_a_scatter_that_is_not_rebound() -> None:
+    model = _mpnn(_NotRebound, SPEC_MPNN_HALO)
+    atoms = SYSTEMS["bulk"]()
+
+    def run(comm):
+        config = DomainConfig(cutoff=model.cutoff, mesh=comm, compile=True)
+        DistributedModel(model, config).evaluate_replicated(Batch.from_atoms(atoms))
+
+    with pytest.raises(RuntimeError, match="rebind the result") as failure:
+        run_simulated(2, run, timeout=60)
+    assert isinstance(failure.value.__cause__, DistributionRuleError)
+
+
+def test_a_simulated_rank_exception_surfaces_at_once() -> None:
+    def run(comm):
+        if comm.rank == 1:
+            raise ValueError("rank 1 broke before sending")
+        comm.exchange({}, {1: 3}, template=torch.empty(0, 3))  # waits for rank 1
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"simulated rank 1 failed.*rank 1 broke") as failure:
+        run_simulated(2, run, timeout=60)
+    assert time.monotonic() - start < 5.0
+    assert isinstance(failure.value.__cause__, ValueError)
