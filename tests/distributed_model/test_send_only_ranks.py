@@ -3,7 +3,6 @@ take part in every halo exchange (it used to skip them and its peers waited fore
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from ase import Atoms
@@ -13,29 +12,16 @@ from nvdd_plugins.comm import Communicator, SimulatedMesh, run_simulated
 from nvdd_plugins.dynamics import NVE
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
-from tests.helpers.systems import lj_model, mpnn_model, slab
+from tests.helpers.systems import SPARSE_SYSTEMS, lj_model, mpnn_model, single_atom
 
 MODELS = {"lj": lj_model, "mpnn": mpnn_model}
 
 
-def _single_atom() -> Atoms:
-    return Atoms("Ar", positions=[[1.0, 1.0, 1.0]], cell=[20.0, 20.0, 20.0], pbc=True)
-
-
-def _corner_cluster() -> Atoms:
-    """Eight atoms in one corner of a large open box: one sub-domain holds them all."""
-    positions = np.random.default_rng(0).uniform(0.0, 4.0, (8, 3)) + 1.0
-    return Atoms("Ar8", positions=positions, cell=[30.0, 30.0, 30.0], pbc=False)
-
-
-SYSTEMS = {"single_atom": _single_atom, "corner": _corner_cluster, "slab": slab}
-
-
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-@pytest.mark.parametrize("system", sorted(SYSTEMS))
+@pytest.mark.parametrize("system", sorted(SPARSE_SYSTEMS))
 @pytest.mark.parametrize("model_name", sorted(MODELS))
 def test_replicated_evaluation(model_name: str, system: str, world_size: int) -> None:
-    model, atoms = MODELS[model_name](), SYSTEMS[system]()
+    model, atoms = MODELS[model_name](), SPARSE_SYSTEMS[system]()
     properties = properties_for(atoms)
     ref = reference(model, atoms, properties)
     results = run_simulated(
@@ -75,12 +61,12 @@ def test_dimer_drifting_into_empty_sub_domains_on_real_ranks() -> None:
 
 
 def _single_atom_replicated(comm: Communicator) -> dict[str, torch.Tensor]:
-    atoms = _single_atom()
+    atoms = single_atom()
     return replicated(comm, mpnn_model(), atoms, properties_for(atoms))
 
 
 def test_single_atom_on_real_ranks() -> None:
-    atoms = _single_atom()
+    atoms = single_atom()
     ref = reference(mpnn_model(), atoms, properties_for(atoms))
     for result in run_gloo(2, _single_atom_replicated, timeout=60):
         assert_close(errors(result, ref, 1), "single atom, 2 gloo ranks")

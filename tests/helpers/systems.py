@@ -99,6 +99,20 @@ def small_box(seed: int = 3) -> Atoms:
     return _jiggle(atoms, seed, 0.1)
 
 
+def single_atom() -> Atoms:
+    """One atom in a periodic box: at several ranks every other sub-domain is empty."""
+    return Atoms("Ar", positions=[[1.0, 1.0, 1.0]], cell=[20.0, 20.0, 20.0], pbc=True)
+
+
+def corner_cluster(seed: int = 0) -> Atoms:
+    """Eight atoms in one corner of a large open box: one sub-domain holds them all, so its
+    rank only sends ghosts and its neighbours only receive them."""
+    positions = np.random.default_rng(seed).uniform(0.0, 4.0, (8, 3)) + 1.0
+    return Atoms("Ar8", positions=positions, cell=[30.0, 30.0, 30.0], pbc=False)
+
+
+SPARSE_SYSTEMS = {"single_atom": single_atom, "corner": corner_cluster, "slab": slab}
+
 SYSTEMS = {
     "bulk": triclinic_bulk,
     "slab": slab,

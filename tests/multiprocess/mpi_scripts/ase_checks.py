@@ -15,7 +15,15 @@ from mpi4py import MPI
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import SimulatedMesh
 from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, STRESS_TOL
-from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model, mpnn_model
+from tests.helpers.systems import (
+    LJ_CUTOFF,
+    LJ_EPSILON,
+    LJ_SIGMA,
+    SPARSE_SYSTEMS,
+    SYSTEMS,
+    lj_model,
+    mpnn_model,
+)
 
 world = MPI.COMM_WORLD
 
@@ -87,7 +95,7 @@ def trajectory(calc, thermostat):
 
 def main() -> None:
     ase_lj = LennardJones(epsilon=LJ_EPSILON, sigma=LJ_SIGMA, rc=LJ_CUTOFF)
-    for name, build in SYSTEMS.items():
+    for name, build in {**SYSTEMS, **SPARSE_SYSTEMS}.items():
         compare(build(), DomainDecomposedCalculator(lj_model()), ase_lj, f"lj/{name}")
         mpnn = mpnn_model()
         compare(build(), DomainDecomposedCalculator(mpnn), single_rank(mpnn), f"mpnn/{name}")
