@@ -15,6 +15,7 @@ from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
 from lammps_interface.messages import abort_on_error, notify
 from lammps_interface.rows import LocalRows, RowResults
+from nvdd_plugins.distributed_model import NonFiniteError
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["MLIAPModel"]
@@ -82,6 +83,7 @@ class MLIAPModel(MLIAPUnified):
         with abort_on_error():
             rows = LocalRows.from_data(data, self._numbers)
             results = self._bridge().evaluate(rows)
+            _check_finite(results, rows)
             self._write(data, rows, results)
 
     def _bridge(self) -> HaloBridge | RedundantBridge:
@@ -123,3 +125,16 @@ class MLIAPModel(MLIAPUnified):
         data.energy = float(results.energies[: rows.nlocal].sum())
         if rows.list_rows.size:  # eatoms is unallocated on a rank without atoms
             data.eatoms = np.ascontiguousarray(results.energies[rows.list_rows])
+
+
+def _check_finite(results: RowResults, rows: LocalRows) -> None:
+    """A NaN/inf energy or force must stop the run, not flow into LAMMPS's thermo output."""
+    bad = ~np.isfinite(results.energies[: rows.nlocal])
+    if rows.ntotal:
+        bad = bad | ~np.isfinite(results.forces[: rows.nlocal]).all(axis=1)
+    if bad.any():
+        raise NonFiniteError(
+            f"the model returned NaN/inf energies or forces for {int(bad.sum())} of this "
+            f"rank's {rows.nlocal} atoms (local rows {np.flatnonzero(bad)[:10].tolist()}): "
+            "check the model on these atoms, lower the time step, or look for overlapping atoms"
+        )

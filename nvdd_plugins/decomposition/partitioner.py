@@ -70,7 +70,12 @@ class SpatialPartitioner:
         self.frame = frame
         self.grid = grid or choose_rank_grid(world_size, frame.widths.tolist())
         if math.prod(self.grid) != world_size:
-            raise ValueError(f"grid {self.grid} does not have {world_size} sub-domains")
+            suggestion = choose_rank_grid(world_size, frame.widths.tolist())
+            raise ValueError(
+                f"DomainConfig(grid={self.grid}) has {math.prod(self.grid)} sub-domains but "
+                f"the mesh has {world_size} ranks: give a grid whose product is {world_size} "
+                f"(e.g. {suggestion}, the minimal-surface grid for this box) or grid=None"
+            )
         self.world_size = world_size
         self.halo_width = float(halo_width)
         self._grid_t = torch.tensor(self.grid, device=frame.box.device)

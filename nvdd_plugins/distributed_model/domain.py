@@ -13,7 +13,10 @@ from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
 
-__all__ = ["HaloDomain"]
+__all__ = ["NON_FINITE", "REBUILD", "HaloDomain"]
+
+REBUILD = 1
+NON_FINITE = 2
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +25,9 @@ class HaloDomain:
     """Decomposition state of one rank for the halo strategy.
 
     Call `setup` once with the full system (on rank 0; None elsewhere is fine), then per
-    evaluation `needs_rebuild`; on a rebuild either `migrate` (each rank holds only its atoms)
-    or `select_owned` (every rank holds the full system), then `build`.
+    evaluation `needs_rebuild` (which also spots non-finite numbers); on a rebuild either
+    `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
+    system), then `build`.
     """
 
     def __init__(self, comm: Communicator, config: DomainConfig) -> None:
@@ -79,8 +83,11 @@ class HaloDomain:
         return self.partitioner
 
     # -- rebuilds -------------------------------------------------------------------------
-    def needs_rebuild(self, owned_positions: torch.Tensor, cell: torch.Tensor) -> bool:
-        """Collective: has any atom moved more than the threshold, or the cell changed?
+    def needs_rebuild(
+        self, owned_positions: torch.Tensor, cell: torch.Tensor, non_finite: torch.Tensor
+    ) -> int:
+        """Collective: `NON_FINITE` if any rank flags `non_finite` (a 0-d bool tensor), else
+        `REBUILD` if any atom moved more than the threshold or the cell changed, else 0.
 
         The local test stays on the device; the one host synchronisation is the answer.
         """
@@ -92,7 +99,8 @@ class HaloDomain:
             far = (moved > self.config.rebuild_threshold**2).any()
             changed = (cell.detach() != self._reference_cell).any()
             flag = (far | changed).to(torch.float32).reshape(1)
-        return bool(self.comm.all_reduce(flag, "max")[0] > 0)
+        flag = torch.where(non_finite.to(device), float(NON_FINITE), flag)
+        return int(self.comm.all_reduce(flag, "max")[0])
 
     def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owner rank of each of this rank's atoms; with hysteresis, atoms within that

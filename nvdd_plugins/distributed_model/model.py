@@ -15,7 +15,8 @@ from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.distributed_model.domain import HaloDomain
+from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD, HaloDomain
+from nvdd_plugins.distributed_model.health import NonFiniteError, invalid_atoms, non_finite_report
 from nvdd_plugins.distributed_model.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.interception import (
     REBIND_RULE,
@@ -61,6 +62,9 @@ class DistributedModel(nn.Module):
         self._slot = new_slot()
         weakref.finalize(self, release_slot, self._slot)
         self._compiled: Any = None
+        # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
+        # the next step
+        self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
 
     @staticmethod
     def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
@@ -108,15 +112,39 @@ class DistributedModel(nn.Module):
         replaced in place); results are for the owned atoms in `owned`'s current order.
         """
         self.prepare(owned)
-        return self.evaluate_view(self.domain.view, owned, properties)
+        result = self.evaluate_view(self.domain.view, owned, properties)
+        self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
+        return result
 
     def prepare(self, owned: Batch) -> None:
-        """Rebuild ghosts and neighbour list when needed, migrating atoms first (collective)."""
+        """Rebuild ghosts and neighbour list when needed, migrating atoms first (collective).
+
+        Raises `NonFiniteError` on every rank when any rank's positions, or the forces or
+        energy of the last evaluation, are NaN or infinite.
+        """
         if "global_ids" not in owned:
             raise ValueError("owned batches need global_ids (DomainParallel.partition adds them)")
-        if self.domain.needs_rebuild(owned.positions, owned.cell[0]):
+        if self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids):
             self.domain.migrate(owned)
             self._rebuild(owned)
+
+    def _rebuild_needed(
+        self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
+    ) -> bool:
+        energy, *per_atom = self._last_results
+        invalid, anything = invalid_atoms(positions.detach(), energy, per_atom)
+        status = self.domain.needs_rebuild(positions, cell, anything)
+        if status == NON_FINITE:
+            raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
+        return status == REBUILD
+
+    def check_finite(self, owned: Batch) -> None:
+        """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
+        or energy, are NaN or infinite (collective; `prepare` does this every step)."""
+        energy, *per_atom = self._last_results
+        invalid, anything = invalid_atoms(owned.positions.detach(), energy, per_atom)
+        if bool(self.comm.all_reduce(anything.to(torch.float32).reshape(1), "max")[0]):
+            raise NonFiniteError(non_finite_report(self.comm, owned.global_ids, invalid, energy))
 
     def compute_view(self, owned: Batch) -> Batch:
         """This rank's padded compute view as a Batch (owned rows, ghosts, padding; edges
@@ -141,7 +169,8 @@ class DistributedModel(nn.Module):
             self.setup(full)
         ids = self._replicated_ids
         tracked = full.positions if ids is None else full.positions[ids]
-        rebuild = self.domain.needs_rebuild(tracked, full.cell[0])
+        tracked_ids = torch.arange(len(tracked), device=tracked.device) if ids is None else ids
+        rebuild = self._rebuild_needed(tracked, full.cell[0], tracked_ids)
         if rebuild:
             ids = self.domain.select_owned(full.positions, full.cell[0])
             self._replicated_ids = ids

@@ -12,6 +12,7 @@ from os import PathLike
 
 import numpy as np
 import torch
+from ase.data import chemical_symbols
 from torch import nn
 
 from nvdd_plugins.config import StrategyKind
@@ -73,7 +74,13 @@ class MACEWrapper(nn.Module, BaseModelMixin):
     def _check_species(self, numbers: torch.Tensor) -> None:
         known = numbers < self.species_index.shape[0]
         if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
-            raise ValueError(f"species {sorted(set(numbers.tolist()))} not all in the model")
+            present = sorted(set(numbers.tolist()))
+            model_numbers = torch.nonzero(self.species_index >= 0).flatten().tolist()
+            missing = [z for z in present if z not in model_numbers]
+            raise ValueError(
+                f"the MACE model has no parameters for {_symbols(missing)} (it knows "
+                f"{_symbols(model_numbers)}): use a model trained on these elements"
+            )
 
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
@@ -165,3 +172,8 @@ def random_mace(
     finally:
         torch.random.set_rng_state(state)
     return model.to(dtype)
+
+
+def _symbols(numbers: list[int]) -> str:
+    """Element symbols with their atomic numbers, e.g. "Au (79)"."""
+    return ", ".join(f"{chemical_symbols[z]} ({z})" for z in numbers)

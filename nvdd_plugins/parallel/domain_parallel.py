@@ -12,7 +12,7 @@ import torch
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
-from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
 from nvdd_plugins.dynamics import BaseDynamics, DynamicsStage, Hook, HookContext, HookScope
 from nvdd_plugins.dynamics.stages import due_hooks
 
@@ -154,9 +154,12 @@ class DomainParallel:
     def step(self, batch: Batch | None = None) -> None:
         """One step of the inner dynamics on this rank's atoms, with the outer hooks."""
         batch = self._owned(batch)
-        self.dynamics.prepare(batch)
-        self._fire(DynamicsStage.BEFORE_STEP, batch)
-        self.dynamics.step(batch)
+        try:
+            self.dynamics.prepare(batch)
+            self._fire(DynamicsStage.BEFORE_STEP, batch)
+            self.dynamics.step(batch)
+        except NonFiniteError as err:
+            raise NonFiniteError(f"step {self.dynamics.step_count}: {err}") from None
         self._fire(DynamicsStage.AFTER_STEP, batch)
 
     def run(self, batch: Batch | None = None, n_steps: int | None = None) -> Batch:
@@ -170,6 +173,10 @@ class DomainParallel:
             if self._converged(batch):
                 self._fire(DynamicsStage.ON_CONVERGE, batch)
                 break
+        try:
+            self.model.check_finite(batch)  # the last step's forces are checked nowhere else
+        except NonFiniteError as err:
+            raise NonFiniteError(f"after step {self.dynamics.step_count}: {err}") from None
         elapsed = time.perf_counter() - start
         logger.info(
             "rank %d: %d steps in %.2f s, %d rebuilds",

@@ -61,6 +61,24 @@ class ShiftPairModel(nn.Module, BaseModelMixin):
         return SPEC_MPNN_HALO
 
 
+class NaNBeyondWall(SimpleMPNN):
+    """The reference MPNN with a NaN energy for atoms at x > `wall_x` Å (NaN only on those
+    atoms' rows: a NaN whose gradient reached ghost or padding rows would spread to other
+    owners through 0 * NaN)."""
+
+    def __init__(self, wall_x: float) -> None:
+        super().__init__(cutoff=MPNN_CUTOFF, hidden=8, n_layers=2, seed=3)
+        self.double()
+        self.wall_x = wall_x
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = super().forward(batch)
+        beyond = batch.positions[:, 0].detach() > self.wall_x
+        energies = out["energies"] + torch.where(beyond, torch.nan, 0.0).to(out["energies"])
+        energy = energies.new_zeros(batch.num_graphs).index_add_(0, batch.batch_idx, energies)
+        return {"energies": energies, "energy": energy}
+
+
 def _jiggle(atoms: Atoms, seed: int, scale: float = 0.15) -> Atoms:
     rng = np.random.default_rng(seed)
     atoms.positions += rng.normal(scale=scale, size=atoms.positions.shape)

@@ -22,3 +22,16 @@ def test_newton_pair_off_is_refused(workdir, systems) -> None:
     code, output = run_lmp(1, workdir / "in.newton_off", workdir, timeout=120)
     assert code != 0, output
     assert "requires newton pair on" in output
+
+
+def test_nan_from_the_model_stops_lammps(workdir, systems) -> None:
+    """NaN energies or forces end every rank with the message, not `nan` thermo and exit 0."""
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import NaNBeyondWall
+
+    MLIAPModel(NaNBeyondWall(wall_x=5.0), ["Ar"]).pickle(workdir / "nan.pkl")
+    case = model_case("nan", "nan.pkl", systems["bulk_ar"], 2)
+    (workdir / "in.nan").write_text(ATTACH_LINES + case.block())
+    code, output = run_lmp(2, workdir / "in.nan", workdir, timeout=120)
+    assert code != 0, output
+    assert "NonFiniteError" in output and "NaN/inf energies or forces" in output

@@ -43,5 +43,5 @@ def test_float32_agrees_with_float64(tmp_path) -> None:
 def test_unknown_species_raise() -> None:
     atoms = SYSTEMS["bulk"]()
     atoms.numbers[0] = 6
-    with pytest.raises(ValueError, match="not all in the model"):
+    with pytest.raises(ValueError, match=r"no parameters for C \(6\)"):
         evaluate_model(MACEWrapper(tiny_mace()), Batch.from_atoms(atoms))

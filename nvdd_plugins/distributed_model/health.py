@@ -1,0 +1,55 @@
+"""Non-finite numbers in a run: noticed by every rank in the same step, reported with the
+atoms (global ids) and ranks they hit."""
+
+from __future__ import annotations
+
+import torch
+
+from nvdd_plugins.comm import Communicator
+
+__all__ = ["NonFiniteError", "invalid_atoms", "non_finite_report"]
+
+_SHOWN_IDS = 10
+
+
+class NonFiniteError(FloatingPointError):
+    """A position, force or energy became NaN or infinite; raised on every rank alike."""
+
+
+def invalid_atoms(
+    positions: torch.Tensor,
+    energy: torch.Tensor | None = None,
+    per_atom: tuple[torch.Tensor | None, ...] = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask of atoms whose position or `per_atom` value (forces, energies; one row per
+    atom) is non-finite, whether anything incl. `energy` is), on the positions' device (no
+    host synchronisation)."""
+    invalid = ~torch.isfinite(positions).all(dim=1)
+    for values in per_atom:
+        if values is not None and values.shape[0] == positions.shape[0]:
+            finite = torch.isfinite(values)
+            invalid |= ~(finite.flatten(1).all(dim=1) if finite.dim() > 1 else finite)
+    anything = invalid.any()
+    if energy is not None:
+        anything = anything | ~torch.isfinite(energy).all()
+    return invalid, anything
+
+
+def non_finite_report(
+    comm: Communicator, ids: torch.Tensor, invalid: torch.Tensor, energy: torch.Tensor | None
+) -> str:
+    """The message every rank raises (collective: one all-gather of the bad ids)."""
+    gathered = comm.all_gather(ids[invalid].long().cpu())
+    parts = []
+    for rank, bad in enumerate(gathered):
+        if bad.numel():
+            shown = bad[:_SHOWN_IDS].tolist()
+            more = f" and {bad.numel() - _SHOWN_IDS} more" if bad.numel() > _SHOWN_IDS else ""
+            parts.append(f"rank {rank}: atoms {shown}{more}")
+    where = "; ".join(parts) or "no atom's position or force (only the energy)"
+    value = "" if energy is None else f" (last energy {float(energy.sum()):g} eV)"
+    return (
+        f"non-finite positions, forces or energy{value} — {where}. The model returned NaN/inf "
+        "or the integration blew up: check the model on these atoms, lower the time step, or "
+        "look for overlapping atoms in the initial structure"
+    )
