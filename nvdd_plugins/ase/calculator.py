@@ -18,6 +18,8 @@ from ase.calculators.calculator import Calculator, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from nvdd_plugins.comm import Communicator, SimulatedMesh
+from nvdd_plugins.comm.launch import end_job_on_exception
+from nvdd_plugins.comm.mpi import MPICommunicator
 from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
@@ -32,13 +34,18 @@ _RESET_ON = {"numbers", "pbc"}
 
 
 def _world_communicator(comm: Any) -> Communicator:
-    if comm is not None:
-        return resolve_communicator(comm)
-    try:
-        from mpi4py import MPI  # optional: without mpi4py the calculator runs on one rank
-    except ImportError:
-        return SimulatedMesh(1).communicator(0)
-    return resolve_communicator(MPI.COMM_WORLD)
+    if comm is None:
+        try:
+            from mpi4py import MPI  # optional: without mpi4py the calculator runs on one rank
+        except ImportError:
+            comm = SimulatedMesh(1).communicator(0)
+        else:
+            comm = MPI.COMM_WORLD
+    resolved = resolve_communicator(comm)
+    if isinstance(resolved, MPICommunicator) and resolved.size > 1:
+        # Also without `python -m mpi4py`: one rank's exception must abort every rank.
+        end_job_on_exception("mpirun")
+    return resolved
 
 
 class DomainDecomposedCalculator(Calculator):
@@ -112,9 +119,11 @@ class DomainDecomposedCalculator(Calculator):
         self._check_same_atoms(atoms)
         if _RESET_ON & set(system_changes):
             self._distributed = None
+        # Everything in one collective evaluation, whatever was asked: a later get_stress()
+        # on some ranks only is then served from the cache instead of waiting for the others.
         wanted = {"energy", "forces"}
         has_volume = atoms.cell.rank == 3
-        if has_volume and {"stress", "stresses"} & set(properties):
+        if has_volume:
             wanted.add("stress")
         batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
         result = self.distributed_model.evaluate_replicated(batch, wanted)

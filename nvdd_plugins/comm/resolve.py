@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch.distributed as dist
 
 from nvdd_plugins.comm.base import Communicator
+from nvdd_plugins.comm.launch import detect_launch
 from nvdd_plugins.comm.mpi import MPICommunicator
 from nvdd_plugins.comm.simulated import SimulatedMesh
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = ["resolve_communicator", "set_default_communicator"]
+
+logger = logging.getLogger(__name__)
 
 _DEFAULT: Communicator | None = None
 
@@ -27,8 +31,24 @@ def resolve_communicator(mesh: Any) -> Communicator:
 
     Accepts a `Communicator`, an mpi4py communicator, a torch process group or DeviceMesh,
     or None: the registered default, else the torch.distributed world when initialised,
-    else a single local rank.
+    else a single local rank. A one-rank result inside a multi-process launch is logged
+    as a warning: every process would then compute the whole system on its own.
     """
+    comm = _resolved(mesh)
+    launch = detect_launch()
+    if comm.size == 1 and launch.world_size > 1:
+        logger.warning(
+            "process %d of %d (%s) decomposes over a one-rank mesh, so every process computes "
+            "the whole system alone: call DistributedManager.initialize() first, or pass "
+            "mesh=manager.mesh (ASE: comm=MPI.COMM_WORLD)",
+            launch.rank,
+            launch.world_size,
+            launch.launcher,
+        )
+    return comm
+
+
+def _resolved(mesh: Any) -> Communicator:
     if isinstance(mesh, Communicator):
         return mesh
     if mesh is None:

@@ -21,6 +21,11 @@ __all__ = ["DomainParallel"]
 logger = logging.getLogger(__name__)
 
 
+def _fingerprint(batch: Batch) -> list[tuple[str, int, int]]:
+    """Each field's name, tensor identity and in-place version: any write changes it."""
+    return [(name, id(value), value._version) for name, value in batch.fields()]
+
+
 def _local_device(device: torch.device) -> torch.device:
     """This process's device of rank 0's device type: each rank's atoms live on the GPU
     the launcher gave it (`torch.cuda.current_device()`), not on rank 0's."""
@@ -72,8 +77,6 @@ class DomainParallel:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if value is not None:
-            logger.error("rank %d failed: %r", self.comm.rank, value)
         self.batch = None
 
     # -- partition ------------------------------------------------------------------------
@@ -149,7 +152,15 @@ class DomainParallel:
             if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
                 continue
             view = batch if scope is HookScope.LOCAL else full
+            before = None if scope is HookScope.LOCAL else _fingerprint(view)
             hook(HookContext(view, step, self.dynamics, self.dynamics.results, True), stage)
+            if before is not None and _fingerprint(view) != before:
+                raise RuntimeError(
+                    f"{type(hook).__name__} ({scope.name} scope) changed ctx.batch, a gathered "
+                    "copy of the system whose changes go nowhere: change atoms in a LOCAL hook "
+                    "(it gets this rank's own atoms), or keep global results on the hook or "
+                    "the integrator"
+                )
 
     def step(self, batch: Batch | None = None) -> None:
         """One step of the inner dynamics on this rank's atoms, with the outer hooks."""

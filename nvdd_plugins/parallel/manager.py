@@ -8,86 +8,29 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass
-from types import TracebackType
 
 import torch
 import torch.distributed as dist
 
 from nvdd_plugins.comm import Communicator, SimulatedMesh
+from nvdd_plugins.comm.launch import (
+    LaunchInfo,
+    detect_launch,
+    end_job_on_exception,
+    slurm_first_host,
+)
 from nvdd_plugins.comm.resolve import set_default_communicator
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
-__all__ = ["DistributedManager", "LaunchInfo", "detect_launch"]
+__all__ = ["DistributedManager"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LaunchInfo:
-    """Rank, world size and local rank as the launcher set them, and which launcher."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    launcher: str
-
-
-def _env_int(*names: str) -> int | None:
-    for name in names:
-        if name in os.environ:
-            return int(os.environ[name])
-    return None
-
-
-def detect_launch() -> LaunchInfo:
-    """Read the launch environment: torchrun, mpirun (Open MPI / MPICH), SLURM, or none."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return LaunchInfo(
-            int(os.environ["RANK"]),
-            int(os.environ["WORLD_SIZE"]),
-            _env_int("LOCAL_RANK") or 0,
-            "torchrun",
-        )
-    mpi_rank = _env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-    mpi_size = _env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-    if mpi_rank is not None and mpi_size is not None:
-        local = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0
-        return LaunchInfo(mpi_rank, mpi_size, local, "mpirun")
-    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
-        return LaunchInfo(
-            int(os.environ["SLURM_PROCID"]),
-            int(os.environ["SLURM_NTASKS"]),
-            _env_int("SLURM_LOCALID") or 0,
-            "slurm",
-        )
-    return LaunchInfo(0, 1, 0, "none")
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _end_job_on_exception(launcher: str) -> None:
-    """An uncaught exception on one rank must end the whole job promptly, never leave its
-    peers waiting in a collective. Under mpirun MPI aborts every rank; under torchrun or
-    SLURM the process leaves at once (`os._exit`, skipping a process-group teardown that
-    can block on peers inside NCCL collectives), and the launcher stops the other ranks."""
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        previous(kind, value, tb)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if launcher == "mpirun":
-            from mpi4py import MPI  # only under mpirun: importing mpi4py initialises MPI
-
-            MPI.COMM_WORLD.Abort(1)
-        os._exit(1)
-
-    sys.excepthook = hook
 
 
 class DistributedManager:
@@ -158,7 +101,7 @@ class DistributedManager:
         )
         # After init_process_group: it wraps the hook it finds (to prefix the rank), and ours
         # must run last, once the traceback is printed.
-        _end_job_on_exception(info.launcher)
+        end_job_on_exception(info.launcher)
         staging = "cpu" if backend == "gloo" else None
         mesh = TorchDistCommunicator(staging_device=staging)
         cls._current = cls(info, torch_device, mesh)
@@ -183,7 +126,9 @@ class DistributedManager:
             port = MPI.COMM_WORLD.bcast(_free_port() if info.rank == 0 else None, root=0)
             return f"tcp://{address}:{port}"
         if "MASTER_ADDR" not in os.environ:
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+            address = slurm_first_host(nodes) if info.launcher == "slurm" and nodes else None
+            os.environ["MASTER_ADDR"] = address or "127.0.0.1"
         os.environ.setdefault("MASTER_PORT", "29500")
         return "env://"
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.multiprocess import run_mpi
+from tests.helpers.multiprocess import run_command, run_mpi
 
 pytestmark = pytest.mark.multiprocess
 
@@ -17,3 +18,24 @@ SCRIPT = Path(__file__).parent / "mpi_scripts" / "ase_checks.py"
 def test_ase_calculator_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, SCRIPT, timeout=300)
     assert output.count("ALL OK") == n_ranks, output
+
+
+FAILURES = Path(__file__).parent / "mpi_scripts" / "ase_failures.py"
+
+
+def _plain_mpirun(mode: str) -> tuple[int, str]:
+    command = ["mpirun", "-n", "2", sys.executable, str(FAILURES), mode]
+    return run_command(command, None, timeout=120)
+
+
+def test_stress_asked_on_one_rank_is_served_from_the_cache() -> None:
+    code, output = _plain_mpirun("stress")
+    assert code == 0, output
+    assert "stress on rank 0 alone" in output and output.count("DONE") == 2
+
+
+def test_one_rank_raising_aborts_all_without_m_mpi4py() -> None:
+    code, output = _plain_mpirun("raise")
+    assert code != 0, output
+    assert "rank 1 failed on purpose" in output
+    assert "rank 0 was not stopped" not in output

@@ -1,0 +1,80 @@
+"""Launch environments and hook scopes: what a user gets wrong gets a message, not silence."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pytest
+from ase.md.velocitydistribution import thermalize_momenta
+
+from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel, HookScope
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.comm.launch import LaunchInfo, detect_launch, slurm_first_host
+from nvdd_plugins.comm.resolve import resolve_communicator
+from nvdd_plugins.dynamics import NVE, DynamicsStage
+from tests.helpers.systems import lj_model, triclinic_bulk
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "host"),
+    [
+        ("gpu[003-005,9],cpu1", "gpu003"),
+        ("nodeA,nodeB", "nodeA"),
+        ("single", "single"),
+        ("rack-2[17]", "rack-217"),
+    ],
+)
+def test_slurm_first_host(nodelist: str, host: str) -> None:
+    assert slurm_first_host(nodelist) == host
+
+
+def test_slurm_master_address_comes_from_the_node_list(monkeypatch) -> None:
+    names = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+    for name in names:
+        monkeypatch.setenv(name, "")  # recorded, so the teardown restores the original
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[012-013]")
+    info = detect_launch()
+    assert info == LaunchInfo(3, 8, 1, "slurm")
+    assert DistributedManager._init_method(info) == "env://"
+    assert os.environ["MASTER_ADDR"] == "gpu012"
+
+
+def test_one_rank_mesh_in_a_multi_process_launch_is_reported(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.WARNING):
+        comm = resolve_communicator(None)
+    assert comm.size == 1
+    assert "every process computes the whole system alone" in caplog.text
+
+
+class _HalveVelocities:
+    """A GLOBAL hook that (wrongly) writes to the gathered system."""
+
+    stage = DynamicsStage.AFTER_STEP
+    scope = HookScope.GLOBAL
+    frequency = 1
+
+    def __call__(self, ctx, stage) -> None:
+        ctx.batch.velocities.mul_(0.5)
+
+
+def test_writes_to_a_gathered_batch_are_refused() -> None:
+    atoms = triclinic_bulk()
+    thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(0))
+
+    def run(comm):
+        model = lj_model()
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)
+        with DomainParallel(NVE(model, 2.0), config, 3, hooks=[_HalveVelocities()]) as dd:
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            dd.run()
+
+    with pytest.raises(RuntimeError, match=r"_HalveVelocities \(GLOBAL scope\) changed ctx.batch"):
+        run_simulated(2, run, timeout=60)
