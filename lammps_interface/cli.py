@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 import torch
+from ase.data import atomic_numbers
 
 from lammps_interface.model import MLIAPModel
 from nvdd_plugins.models import BaseModelMixin, LennardJonesModel, MACEWrapper, SimpleMPNN
@@ -55,7 +56,7 @@ def build_model(args: argparse.Namespace) -> tuple[BaseModelMixin, int]:
         return LennardJonesModel(epsilon, sigma, cutoff, shift=args.shift), 1
     if args.mpnn_seed is not None:
         if args.cutoff is None:
-            raise SystemExit("--mpnn-seed needs --cutoff")
+            raise ValueError("--mpnn-seed needs --cutoff (Å)")
         model = SimpleMPNN(
             cutoff=args.cutoff, hidden=args.hidden, n_layers=args.layers, seed=args.mpnn_seed
         )
@@ -87,11 +88,18 @@ def input_lines(path: str, elements: Sequence[str], n_layers: int, cutoff: float
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse `argv`, write the model file, print the lines to paste."""
-    args = _parser().parse_args(argv)
-    model, n_layers = build_model(args)
-    bridge = MLIAPModel(model, args.elements, dtype=DTYPES[args.dtype], n_layers=n_layers)
-    bridge.pickle(args.output)
+    """Parse `argv`, write the model file, print the lines to paste. Bad input ends with a
+    one-line message and exit status 2, not a traceback."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        model, n_layers = build_model(args)
+        if isinstance(model, MACEWrapper):
+            model.check_species(torch.tensor([atomic_numbers.get(e, 0) for e in args.elements]))
+        bridge = MLIAPModel(model, args.elements, dtype=DTYPES[args.dtype], n_layers=n_layers)
+        bridge.pickle(args.output)
+    except (OSError, ValueError) as err:
+        parser.error(str(err))
     print(
         f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "
         f"{n_layers} message-passing layer(s), {args.dtype}, elements {' '.join(args.elements)}"

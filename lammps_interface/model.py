@@ -44,8 +44,8 @@ class MLIAPModel(MLIAPUnified):
         element_types: element symbols, in the order `pair_coeff * * <elements>` names them.
         dtype: compute in this dtype (the model is converted); default: the model's own
             (float64 for a model without floating-point tensors).
-        n_layers: message-passing layers, needed only in fallback mode (1 for pair
-            potentials).
+        n_layers: message-passing layers, needed only in fallback mode; default: what the
+            model's spec declares (1 for the shipped Lennard-Jones).
     """
 
     def __init__(
@@ -62,7 +62,8 @@ class MLIAPModel(MLIAPUnified):
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
         self.dtype = dtype if dtype is not None else _model_dtype(model)
         self.model = model.to(self.dtype)
-        self.n_layers = n_layers
+        spec = model.distribution_spec()
+        self.n_layers = n_layers if n_layers is not None else getattr(spec, "n_layers", None)
         self._numbers = np.array([atomic_numbers[e] for e in element_types], dtype=np.int64)
         self._halo: HaloBridge | None = None
         self._fallback: RedundantBridge | None = None

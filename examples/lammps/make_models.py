@@ -28,7 +28,7 @@ def write_tiny_mace(path: Path = TINY_MACE) -> None:
 
 def lj() -> MLIAPModel:
     """Argon Lennard-Jones, shifted to zero at its 8.5 Å cutoff (= lj/cut + shift yes)."""
-    return MLIAPModel(LennardJonesModel(0.0104, 3.4, 8.5, shift=True), ["Ar"], n_layers=1)
+    return MLIAPModel(LennardJonesModel(0.0104, 3.4, 8.5, shift=True), ["Ar"])
 
 
 def mpnn() -> MLIAPModel:

@@ -71,7 +71,8 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         model = torch.load(path, map_location=device, weights_only=False)
         return cls(model.to(dtype), head=head)
 
-    def _check_species(self, numbers: torch.Tensor) -> None:
+    def check_species(self, numbers: torch.Tensor) -> None:
+        """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         known = numbers < self.species_index.shape[0]
         if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
             present = sorted(set(numbers.tolist()))
@@ -97,7 +98,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         inputs = self.adapt_input(batch)
         numbers = inputs.atomic_numbers
         if not torch.compiler.is_compiling():
-            self._check_species(numbers)
+            self.check_species(numbers)
         species = self.species_index[numbers]
         dtype = inputs.positions.dtype
         node_attrs = nn.functional.one_hot(species, self.n_species).to(dtype)

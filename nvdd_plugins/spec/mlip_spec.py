@@ -83,11 +83,15 @@ class MLIPSpec:
         gradient_outputs: PER_NODE outputs the model computes itself as gradients over the
             local positions (e.g. forces from its own autograd call); their ghost rows hold
             real contributions and are summed into the owners before owned rows are kept.
+        n_layers: message-passing layers (1 for a pair potential), when fixed: a front end
+            without per-layer exchange (LAMMPS without the handle) then knows it needs a
+            ghost shell of n_layers cutoffs; None: unknown.
     """
 
     distribution: DistributionSpec = field(default_factory=DistributionSpec)
     output_kinds: Mapping[str, OutputKind] = field(default_factory=dict)
     gradient_outputs: frozenset[str] = frozenset()
+    n_layers: int | None = None
 
     def __post_init__(self) -> None:
         kinds = {name: OutputKind(kind) for name, kind in self.output_kinds.items()}
@@ -96,6 +100,8 @@ class MLIPSpec:
         for name in self.gradient_outputs:
             if kinds.get(name) is not OutputKind.PER_NODE:
                 raise ValueError(f"gradient output {name!r} must be declared PER_NODE")
+        if self.n_layers is not None and (not isinstance(self.n_layers, int) or self.n_layers < 1):
+            raise ValueError(f"n_layers must be a positive integer or None, got {self.n_layers!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, versioned form (ops and callables by qualified name)."""
@@ -105,6 +111,7 @@ class MLIPSpec:
             "distribution": self.distribution.to_dict(),
             "output_kinds": {k: v.value for k, v in self.output_kinds.items()},
             "gradient_outputs": sorted(self.gradient_outputs),
+            "n_layers": self.n_layers,
         }
 
     @classmethod
@@ -121,6 +128,7 @@ class MLIPSpec:
             distribution=DistributionSpec.from_dict(data["distribution"]),
             output_kinds={k: OutputKind(v) for k, v in data["output_kinds"].items()},
             gradient_outputs=frozenset(data.get("gradient_outputs", ())),
+            n_layers=data.get("n_layers"),
         )
 
     def save(self, path: str | PathLike[str]) -> None:

@@ -39,6 +39,7 @@ SPEC_LJ_HALO = MLIPSpec(
         ),
     ),
     output_kinds=_ENERGY_KINDS,
+    n_layers=1,
 )
 """The shipped Lennard-Jones kernel (`nvdd::lennard_jones`, forces computed inside the op):
 its per-atom outputs are complete on owned rows and halo-corrected on ghost rows."""

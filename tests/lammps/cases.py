@@ -74,7 +74,7 @@ def write_models(directory: Path) -> None:
     from nvdd_plugins.models import MACEWrapper
     from tests.helpers.mace_models import tiny_mace
 
-    MLIAPModel(lj_model(), ["Ar"], n_layers=1).pickle(directory / "lj.pkl")
+    MLIAPModel(lj_model(), ["Ar"]).pickle(directory / "lj.pkl")
     MLIAPModel(mpnn_model(), ["Ar"], n_layers=3).pickle(directory / "mpnn.pkl")
     narrow = MLIAPModel(mpnn_model(), ["Ar"], dtype=torch.float32, n_layers=3)
     narrow.pickle(directory / "mpnn32.pkl")

@@ -65,6 +65,32 @@ def test_mace(tmp_path: Path) -> None:
     assert model.n_layers == 2 and model.rcutfac == 2.25
 
 
-def test_mpnn_needs_a_cutoff(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--cutoff"):
-        main(["--mpnn-seed", "1", "--elements", "Ar", "-o", str(tmp_path / "x.pkl")])
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one-line message of an argument the CLI refuses (exit status 2, no traceback)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    message = capsys.readouterr().err
+    assert "Traceback" not in message
+    return message
+
+
+def test_mpnn_needs_a_cutoff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--mpnn-seed", "1", "--elements", "Ar", "-o", str(tmp_path / "x.pkl")]
+    assert "--mpnn-seed needs --cutoff" in _refused(argv, capsys)
+
+
+def test_missing_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--mace", str(tmp_path / "none.pt"), "--elements", "Cu", "-o", str(tmp_path / "x")]
+    assert "none.pt" in _refused(argv, capsys)
+
+
+def test_elements_the_mace_model_does_not_know(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("mace")
+    from tests.helpers.mace_models import tiny_mace
+
+    torch.save(tiny_mace(), tmp_path / "tiny.pt")
+    argv = ["--mace", str(tmp_path / "tiny.pt"), "--elements", "Cu", "Au", "-o", str(tmp_path)]
+    assert "no parameters for Au (79)" in _refused(argv, capsys)

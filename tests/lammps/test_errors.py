@@ -35,3 +35,17 @@ def test_nan_from_the_model_stops_lammps(workdir, systems) -> None:
     code, output = run_lmp(2, workdir / "in.nan", workdir, timeout=120)
     assert code != 0, output
     assert "NonFiniteError" in output and "NaN/inf energies or forces" in output
+
+
+def test_multi_layer_model_without_handle_or_layers(workdir, systems) -> None:
+    """A pair potential needs neither the handle nor n_layers (its spec says one layer); a
+    message-passing model without both cannot know its ghost shell and says so."""
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import mpnn_model
+
+    MLIAPModel(mpnn_model(), ["Ar"]).pickle(workdir / "mpnn_bare.pkl")
+    case = model_case("bare", "mpnn_bare.pkl", systems["bulk_ar"], 1)
+    (workdir / "in.bare").write_text(case.block())
+    code, output = run_lmp(1, workdir / "in.bare", workdir, timeout=120)
+    assert code != 0, output
+    assert "no LAMMPS handle is attached and MLIAPModel has no n_layers" in output
