@@ -116,6 +116,8 @@ class DomainDecomposedCalculator(Calculator):
         """Compute `properties` for `atoms`; identical results on every rank."""
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
+        if len(atoms) == 0:
+            raise ValueError("the Atoms object has no atoms")
         self._check_same_atoms(atoms)
         if _RESET_ON & set(system_changes):
             self._distributed = None

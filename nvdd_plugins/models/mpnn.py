@@ -105,6 +105,14 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
                         f"got {widths.tolist()}"
                     )
 
+    def _check_species(self, numbers: torch.Tensor) -> None:
+        largest = self.embedding.num_embeddings - 1
+        if numbers.numel() and int(numbers.max()) > largest:
+            raise ValueError(
+                f"SimpleMPNN(max_atomic_number={largest}) got atomic number "
+                f"{int(numbers.max())}: build it with a larger max_atomic_number"
+            )
+
     @staticmethod
     def _displacements(rij: torch.Tensor, inputs: ModelInputs, i: torch.Tensor) -> torch.Tensor:
         """Minimum-image pair vectors, system by system."""
@@ -122,6 +130,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         inputs = self.adapt_input(batch)
         if not torch.compiler.is_compiling():
             self._check_cells(inputs.cell, inputs.pbc)
+            self._check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index
         rij = self._displacements(inputs.positions[j] - inputs.positions[i], inputs, i)
         distance = rij.norm(dim=-1)

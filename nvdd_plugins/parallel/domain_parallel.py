@@ -126,6 +126,8 @@ class DomainParallel:
         """Why rank 0's full system cannot be partitioned, or None."""
         if full is None or full.num_graphs != 1:
             return "rank 0 must pass the full system as a single-system Batch"
+        if full.num_nodes == 0:
+            return "the system has no atoms"
         try:
             self.dynamics.check_fields(full)
         except ValueError as err:

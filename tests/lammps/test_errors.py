@@ -49,3 +49,24 @@ def test_multi_layer_model_without_handle_or_layers(workdir, systems) -> None:
     code, output = run_lmp(1, workdir / "in.bare", workdir, timeout=120)
     assert code != 0, output
     assert "no LAMMPS handle is attached and MLIAPModel has no n_layers" in output
+
+
+@pytest.mark.parametrize(
+    ("model_file", "elements", "expected"),
+    [
+        ("missing.pkl", ("Ar",), "No such file or directory: 'missing.pkl'"),
+        ("corrupt.pkl", ("Ar",), "Running mliappy unified module failure"),
+        ("lj.pkl", ("Xe",), "Incorrect args for pair coefficients"),
+    ],
+)
+def test_bad_model_file_or_element(workdir, systems, model_file, elements, expected) -> None:
+    """LAMMPS's own loader and `pair_coeff` checks end the run (no hang, non-zero exit)."""
+    (workdir / "corrupt.pkl").write_text("not a pickle\n")
+    case = model_case("bad", model_file, systems["bulk_ar"], 2)
+    script = ATTACH_LINES + case.block().replace(
+        "pair_coeff * * Ar", f"pair_coeff * * {' '.join(elements)}"
+    )
+    (workdir / "in.bad").write_text(script)
+    code, output = run_lmp(2, workdir / "in.bad", workdir, timeout=120)
+    assert code != 0, output
+    assert expected in output
