@@ -8,6 +8,7 @@ rank ends all of them.
 
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Any, ClassVar
 
@@ -23,7 +24,7 @@ from nvdd_plugins.comm.mpi import MPICommunicator
 from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["DomainDecomposedCalculator"]
@@ -130,6 +131,7 @@ class DomainDecomposedCalculator(Calculator):
         batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
         result = self.distributed_model.evaluate_replicated(batch, wanted)
         energy = float(result["energy"].sum())
+        _check_finite(energy, result["forces"])
         self.results = {
             "energy": energy,
             "free_energy": energy,
@@ -140,3 +142,15 @@ class DomainDecomposedCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
         if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())
+
+
+def _check_finite(energy: float, forces: torch.Tensor) -> None:
+    """Stop at the first NaN/inf (the same decision on every rank: results are replicated)."""
+    bad = torch.nonzero(~torch.isfinite(forces).all(dim=1)).flatten()
+    if math.isfinite(energy) and not bad.numel():
+        return
+    raise NonFiniteError(
+        f"the model returned energy {energy:g} eV and non-finite forces on atoms "
+        f"{bad[:10].tolist()}{' ...' if bad.numel() > 10 else ''}: check the model on these "
+        "atoms, lower the time step, or look for overlapping atoms"
+    )

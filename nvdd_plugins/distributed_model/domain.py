@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 
@@ -188,3 +189,40 @@ class HaloDomain:
         self._reference_cell = cell.clone()
         self.rebuilds += 1
         return view
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this rank's decomposition: the "frame" and rank "grid",
+        the "padding_species", the padded "capacities" (node rows, edge slots) and
+        "reference": the owned positions (in the owned order) and the cell of the last
+        rebuild, or None before the first rebuild."""
+        partitioner = self._partitioner()
+        reference = None
+        if self._reference is not None and self._reference_cell is not None:
+            reference = (self._reference, self._reference_cell)
+        return {
+            "frame": partitioner.frame,
+            "grid": tuple(partitioner.grid),
+            "padding_species": self.padding_species,
+            "capacities": (self._nodes.value, self._edges.value),
+            "reference": reference,
+        }
+
+    def restore(
+        self,
+        frame: DecompositionFrame,
+        grid: tuple[int, int, int] | None,
+        padding_species: int,
+        capacities: tuple[int, int] | None = None,
+    ) -> None:
+        """Resume a checkpointed decomposition instead of `setup`: its frame, rank grid
+        (None: the minimal-surface grid), padding species and this rank's padded
+        `capacities` (meaningful at the same rank count only). Then `build` the owned atoms
+        at their positions and cell of the last rebuild to get that rebuild's view and
+        rebuild reference back; without it the next evaluation rebuilds."""
+        self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.config.halo_width)
+        self.padding_species = int(padding_species)
+        self.view = None
+        self._reference = self._reference_cell = None
+        if capacities is not None:
+            self._nodes.value, self._edges.value = (int(c) for c in capacities)

@@ -8,7 +8,8 @@ returns), so kinetic energy 1/2 m v^2 is in eV.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import ase.units
 import torch
@@ -75,6 +76,17 @@ class BaseDynamics:
     def is_converged(self, batch: Batch) -> bool:
         """Whether an optimizer has converged (integrators never do)."""
         return False
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The mutable state a restart needs ({"step_count": ...}); constructor arguments are
+        not included. Subclasses that keep more state extend it (plain Python scalars,
+        strings and tensors, so checkpoints load with `weights_only=True`)."""
+        return {"step_count": self.step_count}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
+        self.step_count = int(state["step_count"])
 
     # -- driving --------------------------------------------------------------------------
     def _due(self, stage: DynamicsStage) -> list[Hook]:

@@ -15,6 +15,11 @@ from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
 from nvdd_plugins.dynamics import BaseDynamics, DynamicsStage, Hook, HookContext, HookScope
 from nvdd_plugins.dynamics.stages import due_hooks
+from nvdd_plugins.parallel.checkpoint import (
+    CheckpointPath,
+    restore_domain_checkpoint,
+    save_domain_checkpoint,
+)
 
 __all__ = ["DomainParallel"]
 
@@ -133,6 +138,23 @@ class DomainParallel:
         except ValueError as err:
             return str(err)
         return None
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self, path: CheckpointPath) -> None:
+        """Write the run's state to one file on rank 0 (collective): the full system by global
+        id, the integrator's `state_dict()` and the decomposition and neighbour-list state."""
+        owned = self._owned(None)
+        save_domain_checkpoint(path, owned, self.dynamics, self.model.domain, self.comm)
+
+    def restore_checkpoint(
+        self, path: CheckpointPath, device: torch.device | str | None = None
+    ) -> Batch:
+        """Resume a saved run instead of `partition()`, at any rank count (collective); at
+        the saved rank count the run continues bit-identically. Returns this rank's owned
+        atoms (on `device`, default the saved run's device type)."""
+        domain = self.model.domain
+        self.batch = restore_domain_checkpoint(path, self.dynamics, domain, self.comm, device)
+        return self.batch
 
     # -- stepping -------------------------------------------------------------------------
     def gather(self, batch: Batch) -> Batch:

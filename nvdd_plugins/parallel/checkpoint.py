@@ -1,0 +1,272 @@
+"""Checkpoint and restart of `DomainParallel` runs: one file, written by rank 0.
+
+The file holds the full system ordered by global id (every per-atom field, cell, pbc and
+the last energy/stress), the integrator's `state_dict()`, and what makes a restart continue
+bit-identically at the same rank count: each atom's owner rank, the positions and cell of the
+last neighbour-list rebuild, the decomposition frame and rank grid, the padding species and
+the per-rank padded capacities. A restart assigns owners and builds the halo view from the
+positions of that rebuild, exactly as the uninterrupted run did, then puts the current
+positions and velocities in; the next rebuild comes when it would have come anyway.
+
+At the same rank count (and grid) the saved owners are reused, so this also holds with
+`migration_hysteresis > 0`, whose owners depend on the run's history. At another rank count
+the owners are the sub-domains of the rebuild positions (no hysteresis), and the run agrees
+with the uninterrupted one to rounding.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nvdd_plugins.comm import Communicator
+from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.decomposition import DecompositionFrame
+from nvdd_plugins.distributed_model.domain import HaloDomain
+from nvdd_plugins.dynamics import BaseDynamics
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "CheckpointFormatError",
+    "CheckpointPath",
+    "restore_domain_checkpoint",
+    "save_domain_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "nvdd.DomainParallel.checkpoint"
+CHECKPOINT_VERSION = 1
+
+CheckpointPath = str | os.PathLike[str]
+
+_FIELD = "field:"  # prefix of the batch's per-atom fields among the gathered tensors
+_RESULTS = ("energy", "forces", "stress")  # the model results that BaseDynamics keeps on the batch
+
+
+class CheckpointFormatError(ValueError):
+    """The file is not a `DomainParallel` checkpoint of a version this code reads."""
+
+
+# -- saving -------------------------------------------------------------------------------
+def save_domain_checkpoint(
+    path: CheckpointPath,
+    owned: Batch,
+    dynamics: BaseDynamics,
+    domain: HaloDomain,
+    comm: Communicator,
+) -> None:
+    """Gather the run's state by global id and write it to `path` on rank 0 (collective;
+    written to a temporary file first, then renamed). Every rank raises if writing fails."""
+    state = domain.checkpoint_state()
+    reference = state["reference"]
+    usable = reference is not None and reference[0].shape == owned.positions.shape
+    flag = torch.tensor([1.0 if usable else 0.0])
+    usable = bool(comm.all_reduce(flag, "min")[0] == 1.0)
+    ids = owned.global_ids
+    per_atom = {_FIELD + name: value.detach() for name, value in owned.fields(FieldLevel.NODE)}
+    per_atom["owner"] = torch.full_like(ids, comm.rank)
+    if usable:
+        per_atom["reference_positions"] = reference[0]
+    gathered = comm.gather_by_id(ids, per_atom)
+    capacities = torch.cat(comm.all_gather(torch.tensor([state["capacities"]])))
+    problem = None
+    if comm.rank == 0:
+        frame: DecompositionFrame = state["frame"]
+        content = {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "atoms": {
+                name[len(_FIELD) :]: value.cpu()
+                for name, value in gathered.items()
+                if name.startswith(_FIELD)
+            },
+            "system": {
+                name: value.detach().cpu() for name, value in owned.fields(FieldLevel.SYSTEM)
+            },
+            "device": owned.device.type,
+            "dynamics": {"class": type(dynamics).__name__, "state": dynamics.state_dict()},
+            "neighbor_list": {
+                "reference_positions": gathered["reference_positions"].cpu() if usable else None,
+                "reference_cell": reference[1].cpu() if usable else None,
+            },
+            "decomposition": {
+                "world_size": comm.size,
+                "grid": list(state["grid"]),
+                "origin": frame.origin.cpu(),
+                "box": frame.box.cpu(),
+                "pbc": frame.pbc.cpu(),
+                "padding_species": int(state["padding_species"]),
+                "owner": gathered["owner"].cpu(),
+                "capacities": capacities.cpu(),
+            },
+        }
+        problem = _write(Path(path), content)
+    problem = comm.broadcast_object(problem, src=0)
+    if problem is not None:
+        raise OSError(problem)
+    logger.info("rank %d: checkpoint at step %d written", comm.rank, dynamics.step_count)
+
+
+def _write(path: Path, content: dict[str, Any]) -> str | None:
+    """Write atomically; the reason on failure, else None."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        torch.save(content, partial)
+        os.replace(partial, path)
+    except OSError as err:
+        return f"cannot write the checkpoint {path}: {err}"
+    return None
+
+
+# -- restoring ----------------------------------------------------------------------------
+def restore_domain_checkpoint(
+    path: CheckpointPath,
+    dynamics: BaseDynamics,
+    domain: HaloDomain,
+    comm: Communicator,
+    device: torch.device | str | None = None,
+) -> Batch:
+    """Read `path` on rank 0 and resume from it at this mesh's rank count (collective): the
+    decomposition and the view of the last rebuild, the integrator's state, and this rank's
+    owned atoms, returned as a single-system `Batch` sorted by global id on `device` (default:
+    the saved run's device type; CUDA means this process's current GPU).
+
+    Raises `FileNotFoundError` (no such file) or `CheckpointFormatError` on every rank.
+    """
+    content, problem = (None, None)
+    if comm.rank == 0:
+        content, problem = _read(Path(path))
+    problem = comm.broadcast_object(problem, src=0)
+    if problem is not None:
+        missing, message = problem
+        raise FileNotFoundError(message) if missing else CheckpointFormatError(message)
+    meta = comm.broadcast_object(_metadata(content) if comm.rank == 0 else None, src=0)
+    target = _local_device(torch.device(device if device is not None else meta["device"]))
+    layout = meta["decomposition"]
+    saved_grid = tuple(layout["grid"])
+    wanted_grid = domain.config.grid
+    same_size = layout["world_size"] == comm.size
+    same_layout = same_size and (wanted_grid is None or tuple(wanted_grid) == saved_grid)
+    capacities = layout["capacities"][comm.rank].tolist() if same_layout else None
+    frame = DecompositionFrame(layout["origin"], layout["box"], layout["pbc"])
+    grid = wanted_grid or (saved_grid if same_size else None)
+    domain.restore(frame, grid, layout["padding_species"], capacities)
+
+    reference_cell = meta["reference_cell"]
+    per_atom: dict[str, torch.Tensor] = {}
+    owner = None
+    if comm.rank == 0:
+        per_atom = dict(content["atoms"])
+        if reference_cell is not None:
+            per_atom["reference_positions"] = content["neighbor_list"]["reference_positions"]
+        if same_layout:
+            owner = content["decomposition"]["owner"]
+        else:  # the sub-domains of the rebuild positions (or of the current ones)
+            where = per_atom.get("reference_positions", per_atom["positions"])
+            cell = reference_cell if reference_cell is not None else meta["system"]["cell"][0]
+            owner = domain.owners(where, cell).cpu()
+    received = _scatter(comm, per_atom, owner, meta["schema"], target)
+
+    system = {name: value.clone().to(target) for name, value in meta["system"].items()}
+    ptr = torch.tensor([0, received["positions"].shape[0]], device=target)
+    if reference_cell is not None:
+        at_rebuild = Batch(
+            {
+                "positions": received.pop("reference_positions"),
+                "atomic_numbers": received["atomic_numbers"],
+                "global_ids": received["global_ids"],
+            },
+            {},
+            {"cell": reference_cell.reshape(1, 3, 3).clone().to(target), "pbc": system["pbc"]},
+            ptr,
+        )
+        domain.build(at_rebuild)
+    owned = Batch(received, {}, system, ptr)
+
+    if meta["dynamics"]["class"] != type(dynamics).__name__:
+        logger.warning(
+            "the checkpoint was written by %s; restoring its state into %s",
+            meta["dynamics"]["class"],
+            type(dynamics).__name__,
+        )
+    dynamics.load_state_dict(meta["dynamics"]["state"])
+    dynamics.results = {name: owned.get(name) for name in _RESULTS if name in owned}
+    logger.info(
+        "rank %d: restored %d atoms at step %d", comm.rank, owned.num_nodes, dynamics.step_count
+    )
+    return owned
+
+
+def _read(path: Path) -> tuple[dict[str, Any] | None, tuple[bool, str] | None]:
+    """The checkpoint's content, or (None, (file missing?, why it cannot be used))."""
+    if not path.is_file():
+        return None, (True, f"no checkpoint at {path}: the file does not exist or is not a file")
+    expected = f"{CHECKPOINT_FORMAT!r} version {CHECKPOINT_VERSION}"
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return None, (False, f"{path} is not a {expected} checkpoint ({reason})")
+    tag = content.get("format") if isinstance(content, dict) else None
+    if tag != CHECKPOINT_FORMAT:
+        return None, (False, f"{path} is not a {expected} checkpoint (format tag {tag!r})")
+    version = content.get("version")
+    if version != CHECKPOINT_VERSION:
+        return None, (
+            False,
+            f"{path} is version {version!r} of {CHECKPOINT_FORMAT!r}; this "
+            f"code reads version {CHECKPOINT_VERSION}",
+        )
+    return content, None
+
+
+def _metadata(content: Mapping[str, Any]) -> dict[str, Any]:
+    """Everything every rank needs except the per-atom tensors."""
+    atoms = content["atoms"]
+    schema = {name: (value.dtype, tuple(value.shape[1:])) for name, value in atoms.items()}
+    reference = content["neighbor_list"]["reference_cell"]
+    if reference is not None:
+        schema["reference_positions"] = schema["positions"]
+    layout = dict(content["decomposition"])
+    layout.pop("owner")
+    return {
+        "schema": schema,
+        "system": content["system"],
+        "device": content["device"],
+        "dynamics": content["dynamics"],
+        "decomposition": layout,
+        "reference_cell": reference,
+    }
+
+
+def _scatter(
+    comm: Communicator,
+    per_atom: Mapping[str, torch.Tensor],
+    owner: torch.Tensor | None,
+    schema: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """Rank 0's rows of each per-atom tensor sent to their `owner` rank (order kept)."""
+    received = {}
+    for name, (dtype, trailing) in schema.items():
+        template = torch.empty((0, *trailing), dtype=dtype)
+        sends = {}
+        if comm.rank == 0:
+            sends = {q: per_atom[name][owner == q] for q in range(comm.size)}
+        parts = comm.exchange_variable(sends, template=template)
+        received[name] = parts.get(0, template).clone().to(device)
+    return received
+
+
+def _local_device(device: torch.device) -> torch.device:
+    """This process's GPU for CUDA (each rank holds its atoms on its own GPU)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

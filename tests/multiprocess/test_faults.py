@@ -1,0 +1,49 @@
+"""Fault injection under each launcher: a rank raising, a model returning NaN, a rank killed
+with SIGKILL. Each must end the whole job within 30 s of the fault, non-zero, with a message
+that says what happened (never a hang, never a run that carries on)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.multiprocess import run_command
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = Path(__file__).parent / "mpi_scripts" / "faults.py"
+EXPECTED = {
+    "raise": r"rank 1 failed on purpose",
+    "nan": r"NonFiniteError",
+    "kill": r"(?i)signal 9|SIGKILL",
+}
+LAUNCHERS = {
+    "torchrun": [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ],
+    "mpirun": ["mpirun", "-n", "2", sys.executable],
+}
+
+
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+@pytest.mark.parametrize(
+    ("launcher", "path"), [("torchrun", "parallel"), ("mpirun", "parallel"), ("mpirun", "ase")]
+)
+def test_fault_ends_the_job(launcher: str, path: str, fault: str) -> None:
+    start = time.time()
+    code, output = run_command([*LAUNCHERS[launcher], str(SCRIPT), fault, path], None, 120)
+    ended = time.time()
+    assert code != 0, output
+    assert "SURVIVED" not in output, output
+    assert re.search(EXPECTED[fault], output), output
+    failed = re.search(r"failing at ([0-9.]+)", output)
+    since = ended - (float(failed.group(1)) if failed else start)
+    assert since < 30, f"the job ended {since:.0f} s after the fault\n{output}"

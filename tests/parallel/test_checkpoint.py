@@ -1,0 +1,209 @@
+"""Checkpoint and restart: a restarted `DomainParallel` run continues the uninterrupted one
+bit-identically at the same rank count, and to rounding at another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from ase.md.velocitydistribution import thermalize_momenta
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
+from nvdd_plugins.comm import Communicator, run_simulated
+from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
+from nvdd_plugins.parallel.checkpoint import CHECKPOINT_FORMAT, CheckpointFormatError
+from tests.helpers.multiprocess import run_gloo
+from tests.helpers.systems import lj_model, triclinic_bulk
+
+N_STEPS = 60
+HALF = 30
+DT_FS = 4.0
+SKIN = 0.5
+INTEGRATORS = ("nve", "langevin")
+
+
+def _integrator(name: str) -> NVE | NVTLangevin:
+    model = lj_model()
+    if name == "nve":
+        return NVE(model, DT_FS, skin=SKIN)
+    return NVTLangevin(model, DT_FS, temperature=600.0, friction=0.02, seed=11, skin=SKIN)
+
+
+def _initial_system() -> Batch:
+    atoms = triclinic_bulk()
+    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
+    return Batch.from_atoms(atoms)
+
+
+class _Frames:
+    """GLOBAL hook: the gathered positions after every step, by step number."""
+
+    stage = DynamicsStage.AFTER_STEP
+    scope = HookScope.GLOBAL
+    frequency = 1
+
+    def __init__(self) -> None:
+        self.positions: dict[int, torch.Tensor] = {}
+
+    def __call__(self, ctx, stage) -> None:
+        self.positions[ctx.step] = ctx.batch.positions.clone()
+
+
+def _parallel(
+    comm: Communicator, name: str, frames: _Frames, hysteresis: float = 0.0
+) -> DomainParallel:
+    config = DomainConfig(
+        cutoff=lj_model().cutoff, skin=SKIN, mesh=comm, migration_hysteresis=hysteresis
+    )
+    return DomainParallel(_integrator(name), config, HALF, hooks=[frames])
+
+
+def _final(dd: DomainParallel, frames: _Frames) -> dict:
+    full = dd.gather(dd.batch)
+    return {
+        "positions": full.positions,
+        "velocities": full.velocities,
+        "frames": frames.positions,
+        "step": dd.dynamics.step_count,
+        "views": dd.model.domain.rebuilds,
+    }
+
+
+def _uninterrupted(comm: Communicator, name: str, hysteresis: float = 0.0) -> dict:
+    frames = _Frames()
+    dd = _parallel(comm, name, frames, hysteresis)
+    dd.partition(_initial_system() if comm.rank == 0 else None)
+    dd.run(n_steps=N_STEPS)
+    return _final(dd, frames)
+
+
+def _first_half(comm: Communicator, name: str, path: Path, hysteresis: float = 0.0) -> None:
+    dd = _parallel(comm, name, _Frames(), hysteresis)
+    dd.partition(_initial_system() if comm.rank == 0 else None)
+    dd.run()
+    dd.save_checkpoint(path)
+
+
+def _second_half(comm: Communicator, name: str, path: Path, hysteresis: float = 0.0) -> dict:
+    frames = _Frames()
+    dd = _parallel(comm, name, frames, hysteresis)
+    owned = dd.restore_checkpoint(path)
+    assert torch.equal(owned.global_ids, torch.sort(owned.global_ids).values)
+    dd.run()
+    return _final(dd, frames)
+
+
+def _largest_deviation(reference: dict, restarted: dict) -> float:
+    """Largest position difference (Å) over the restarted run's steps."""
+    assert sorted(restarted["frames"]) == list(range(HALF + 1, N_STEPS + 1))
+    return max(
+        float((reference["frames"][step] - positions).abs().max())
+        for step, positions in restarted["frames"].items()
+    )
+
+
+@pytest.mark.parametrize("name", INTEGRATORS)
+def test_restart_on_the_simulated_mesh(name: str, tmp_path: Path) -> None:
+    path = tmp_path / "run.pt"
+    reference = run_simulated(2, lambda comm: _uninterrupted(comm, name))[0]
+    run_simulated(2, lambda comm: _first_half(comm, name, path))
+
+    saved = torch.load(path, weights_only=True)
+    assert saved["format"] == CHECKPOINT_FORMAT
+    assert saved["dynamics"]["state"] == {"step_count": HALF}
+    rebuild_positions = saved["neighbor_list"]["reference_positions"]
+    assert not torch.equal(rebuild_positions, saved["atoms"]["positions"]), (
+        "the checkpoint must fall between two rebuilds to test the restored neighbour list"
+    )
+
+    restarted = run_simulated(2, lambda comm: _second_half(comm, name, path))[0]
+    assert restarted["step"] == N_STEPS
+    assert restarted["views"] > 1, "the restarted run must rebuild at least once"
+    for step, positions in restarted["frames"].items():
+        assert torch.equal(positions, reference["frames"][step]), step
+    assert torch.equal(restarted["positions"], reference["positions"])
+    assert torch.equal(restarted["velocities"], reference["velocities"])
+
+    for world_size in (3, 1):
+        other = run_simulated(world_size, lambda comm: _second_half(comm, name, path))[0]
+        assert _largest_deviation(reference, other) < 1e-8, world_size
+        assert float((other["velocities"] - reference["velocities"]).abs().max()) < 1e-8
+
+
+def test_checkpoint_before_the_first_step(tmp_path: Path) -> None:
+    """Saved right after partition (no neighbour list yet): the restart builds one."""
+    path = tmp_path / "start.pt"
+
+    def save(comm: Communicator) -> None:
+        dd = _parallel(comm, "langevin", _Frames())
+        dd.partition(_initial_system() if comm.rank == 0 else None)
+        dd.save_checkpoint(path)
+
+    run_simulated(2, save)
+    assert torch.load(path, weights_only=True)["neighbor_list"]["reference_positions"] is None
+    reference = run_simulated(2, lambda comm: _uninterrupted(comm, "langevin"))[0]
+    restarted = run_simulated(2, lambda comm: _second_half(comm, "langevin", path))[0]
+    assert sorted(restarted["frames"]) == list(range(1, HALF + 1))
+    for step, positions in restarted["frames"].items():
+        assert torch.equal(positions, reference["frames"][step]), step
+
+
+def test_restart_with_migration_hysteresis(tmp_path: Path) -> None:
+    """With hysteresis the owners depend on the run's history: the saved owners are reused."""
+    path = tmp_path / "hysteresis.pt"
+    reference = run_simulated(2, lambda comm: _uninterrupted(comm, "nve", 0.2))[0]
+    run_simulated(2, lambda comm: _first_half(comm, "nve", path, 0.2))
+    restarted = run_simulated(2, lambda comm: _second_half(comm, "nve", path, 0.2))[0]
+    assert torch.equal(restarted["positions"], reference["positions"])
+    assert torch.equal(restarted["velocities"], reference["velocities"])
+
+
+def _gloo_restarts(comm: Communicator, directory: str) -> dict[str, tuple]:
+    results = {}
+    for name in INTEGRATORS:
+        path = Path(directory) / f"{name}.pt"
+        reference = _uninterrupted(comm, name)
+        _first_half(comm, name, path)
+        restarted = _second_half(comm, name, path)
+        results[name] = (
+            torch.equal(restarted["positions"], reference["positions"]),
+            torch.equal(restarted["velocities"], reference["velocities"]),
+            restarted["step"],
+        )
+    return results
+
+
+@pytest.mark.multiprocess
+def test_restart_on_gloo_ranks(tmp_path: Path) -> None:
+    for results in run_gloo(2, _gloo_restarts, str(tmp_path), timeout=120):
+        for name, (same_positions, same_velocities, step) in results.items():
+            assert same_positions and same_velocities, name
+            assert step == N_STEPS, name
+
+
+def _restore(path: Path) -> None:
+    def fn(comm: Communicator) -> None:
+        _parallel(comm, "nve", _Frames()).restore_checkpoint(path)
+
+    run_simulated(2, fn)
+
+
+def test_missing_checkpoint_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="does not exist") as failure:
+        _restore(tmp_path / "absent.pt")
+    assert isinstance(failure.value.__cause__, FileNotFoundError)
+
+
+def test_foreign_files_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "weights.pt"
+    torch.save({"state_dict": {"w": torch.zeros(3)}}, other)
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint\n")
+    newer = tmp_path / "newer.pt"
+    torch.save({"format": CHECKPOINT_FORMAT, "version": 99}, newer)
+    for path, message in ((other, "format tag None"), (text, "is not a"), (newer, "version 99")):
+        with pytest.raises(RuntimeError, match=message) as failure:
+            _restore(path)
+        assert isinstance(failure.value.__cause__, CheckpointFormatError), path
