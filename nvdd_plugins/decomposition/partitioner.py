@@ -95,6 +95,30 @@ class SpatialPartitioner:
         wrap = torch.where(self.frame.pbc, torch.floor(frac), torch.zeros_like(frac))
         return frac - wrap, wrap.long()
 
+    def owned_fractional(
+        self, positions: torch.Tensor, rank: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like `home_fractional` for atoms that `rank` owns, but on imaged axes (periodic
+        and split, or too narrow to wrap) each atom takes the periodic image nearest to
+        `rank`'s sub-domain. An atom that migration hysteresis keeps just across a periodic
+        face then sits beside its sub-domain, where its ghosts are, not a period away."""
+        home, wrap = self.home_fractional(positions)
+        imaged = self.frame.pbc.to(home.device) & ~self.wrapped_axes.to(home.device)
+        if not bool(imaged.any()):
+            return home, wrap
+        index = torch.tensor(self.domain_index(rank), device=home.device, dtype=home.dtype)
+        grid = self._grid_t.to(device=home.device, dtype=home.dtype)
+        lo, hi = index / grid, (index + 1) / grid
+
+        def outside(coord: torch.Tensor) -> torch.Tensor:
+            return torch.clamp(torch.maximum(lo - coord, coord - hi), min=0.0)
+
+        shift = torch.zeros_like(home)
+        for delta in (-1.0, 1.0):
+            closer = imaged & (outside(home + delta) < outside(home + shift))
+            shift = torch.where(closer, delta, shift)
+        return home + shift, wrap - shift.long()
+
     def rank_of(self, positions: torch.Tensor) -> torch.Tensor:
         """Owning rank of each position (N,) int64."""
         home, _ = self.home_fractional(positions)
@@ -118,7 +142,7 @@ class SpatialPartitioner:
             # One sub-domain and no periodic axis needing self-images: nothing to send.
             rows = torch.zeros(0, dtype=torch.int64, device=device)
             return GhostImages(rows, rows, torch.zeros((0, 3), dtype=torch.int64, device=device))
-        home, wrap = self.home_fractional(positions)
+        home, wrap = self.owned_fractional(positions, owner_rank)
         reach = (self.halo_width / self.frame.widths).tolist()
         axis_entries = []
         for axis in range(3):

@@ -216,7 +216,7 @@ def build_halo_view(
         rows = torch.cat([owned, owned.new_zeros((plan.n_ghost, *owned.shape[1:]))])
         return fill_ghosts_(rows, plan, comm)
 
-    _, wrap = partitioner.home_fractional(owned_positions)
+    _, wrap = partitioner.owned_fractional(owned_positions, comm.rank)
     units = torch.cat([-wrap, ghost_units.to(device)])
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
