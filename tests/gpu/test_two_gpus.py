@@ -55,3 +55,20 @@ def test_one_rank_raising_ends_the_nccl_job() -> None:
     failed = float(re.search(r"failing at ([0-9.]+)", output).group(1))
     print(f"the job ended {ended - failed:.1f} s after rank 1 failed")
     assert ended - failed < 30
+
+
+@pytest.mark.parametrize("fault", ["raise", "nan", "kill"])
+def test_faults_end_the_nccl_job(fault: str) -> None:
+    """tests/multiprocess/test_faults.py's DomainParallel faults, with NCCL between GPUs."""
+    script = "tests/multiprocess/mpi_scripts/faults.py"
+    start = time.time()
+    code, output = _torchrun(script, fault, "parallel", timeout=180)
+    ended = time.time()
+    print(output)
+    assert code != 0 and "SURVIVED" not in output
+    expected = {"raise": "rank 1 failed on purpose", "nan": "NonFiniteError", "kill": "Signal 9"}
+    assert expected[fault] in output
+    failed = re.search(r"failing at ([0-9.]+)", output)
+    since = ended - (float(failed.group(1)) if failed else start)
+    print(f"{fault}: the job ended {since:.1f} s after the fault")
+    assert since < 30

@@ -68,12 +68,14 @@ def _model():
 
 def run_parallel() -> None:
     manager = DistributedManager.initialize()
-    model = _model()
+    print(f"rank {manager.rank}: {manager.mesh} on {manager.device}", flush=True)
+    model = _model().to(manager.device)
     config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=manager.mesh)
     hooks = [] if FAULT == "nan" else [Fault(manager.rank)]
     atoms = _atoms()  # on every rank: under MPI, ASE broadcasts the thermal momenta
     with DomainParallel(NVE(model, 2.0), config, 20, hooks=hooks) as dynamics:
-        dynamics.partition(Batch.from_atoms(atoms) if manager.rank == 0 else None)
+        full = Batch.from_atoms(atoms, device=manager.device) if manager.rank == 0 else None
+        dynamics.partition(full)
         dynamics.run()
     print("SURVIVED", flush=True)
     DistributedManager.cleanup()
