@@ -111,3 +111,18 @@ def test_output_the_spec_does_not_declare() -> None:
 def test_domain_cutoff_smaller_than_the_model() -> None:
     with pytest.raises(ValueError, match="smaller than the model's cutoff"):
         DistributedModel(lj_model(), DomainConfig(cutoff=3.0))
+
+
+def test_skewed_cell_with_a_zero_vector_on_an_open_axis_is_exact() -> None:
+    """A 2-D hexagonal cell given as ASE often does (c = 0, pbc T T F): legitimate, exact."""
+    rng = np.random.default_rng(4)
+    cell = [[12.0, 0.0, 0.0], [-6.0, 10.392, 0.0], [0.0, 0.0, 0.0]]
+    fractional = rng.uniform(0.0, 1.0, (12, 3))
+    positions = fractional @ np.array([[12.0, 0, 0], [-6.0, 10.392, 0], [0, 0, 6.0]])
+    atoms = Atoms("Ar12", positions=positions, cell=cell, pbc=(True, True, False))
+    model, properties = mpnn_model(), ("energy", "forces")
+    ref = reference(model, atoms, properties)
+    for world_size in (1, 2, 3):
+        results = run_simulated(world_size, lambda comm: replicated(comm, model, atoms, properties))
+        for result in results:
+            assert_close(errors(result, ref, len(atoms)), f"hexagonal cell, {world_size} ranks")

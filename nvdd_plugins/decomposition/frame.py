@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.geometry.cell import rows_times_3x3
+from nvdd_plugins.geometry.cell import complete_cell, rows_times_3x3
 
 __all__ = ["DecompositionFrame"]
 
@@ -38,10 +38,10 @@ class DecompositionFrame:
         if not bool(degenerate.any()) and abs(float(torch.linalg.det(cell))) > 1e-8:
             return cls(torch.zeros_like(cell[0]), cell.clone(), pbc)
         box, origin = cell.clone(), torch.zeros_like(cell[0])
-        basis = _complete_basis(cell[~degenerate], int(degenerate.sum()))
-        for axis, direction in zip(
-            torch.nonzero(degenerate).flatten().tolist(), basis, strict=True
-        ):
+        # Unit vectors orthogonal to the other cell vectors (also when those are skewed).
+        completed = complete_cell(torch.where(degenerate.unsqueeze(1), 0.0, cell), pbc)
+        for axis in torch.nonzero(degenerate).flatten().tolist():
+            direction = completed[axis] / completed[axis].norm()
             coord = positions @ direction if positions.numel() else positions.new_zeros(1)
             lo, hi = float(coord.min()), float(coord.max())
             span = max(hi - lo, 1.0)
@@ -86,21 +86,3 @@ class DecompositionFrame:
         return DecompositionFrame(
             self.origin.to(device, dtype), self.box.to(device, dtype), self.pbc.to(device)
         )
-
-
-def _complete_basis(vectors: torch.Tensor, missing: int) -> list[torch.Tensor]:
-    """`missing` unit vectors orthogonal to `vectors` and to each other."""
-    found = [v / v.norm() for v in vectors]
-    candidates = torch.eye(3, dtype=vectors.dtype, device=vectors.device)
-    result = []
-    for candidate in candidates:
-        v = candidate.clone()
-        for u in found:
-            v = v - (v @ u) * u
-        if v.norm() > 1e-6:
-            v = v / v.norm()
-            found.append(v)
-            result.append(v)
-        if len(result) == missing:
-            break
-    return result

@@ -14,7 +14,7 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.geometry.cell import minimum_image, perpendicular_widths
+from nvdd_plugins.geometry.cell import complete_cell, minimum_image, perpendicular_widths
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
 
@@ -97,7 +97,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         for g in range(cell.shape[0]):
             periodic = pbc[g]
             if bool(periodic.any()):
-                widths = perpendicular_widths(cell[g])[periodic]
+                widths = perpendicular_widths(complete_cell(cell[g], periodic))[periodic]
                 if bool((widths <= 2 * self.cutoff).any()):
                     raise ValueError(
                         "SimpleMPNN uses minimum-image displacements: every periodic "
