@@ -1,0 +1,76 @@
+"""The torture suite's CI subset: fixed seeds, one test id per case.
+
+    pytest -m torture tests/torture
+
+Each case is drawn from its seed (tests/torture/cases.py), run through its path on the
+simulated mesh or on real gloo ranks under a hard timeout (tests/torture/paths.py) and
+compared with the single-process oracle. A failure prints the case line, the error, a
+diagnosis and the one-line reproduction command. More cases: benchmarks/torture.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from tests.torture.cases import CELL_KINDS, FAMILIES, Case, draw_case
+from tests.torture.paths import run_case
+from tests.torture.zoo import OPS
+
+pytestmark = pytest.mark.torture
+
+SIMULATED_PATHS = ("replicated", "trajectory", "ase")
+CI_SEEDS = (*range(1000, 1110), 2018, 2023, 2035, 2086, 114)
+"""110 consecutive seeds, four that complete the coverage of every aggregation op, and one
+with a zero cell vector on an open axis under a minimum-image model."""
+GLOO_SEEDS = (3005, 3006, 3008, 3013, 3016)
+"""Real gloo processes at 2 and 3 ranks: evaluate_replicated and a 30-step DomainParallel run."""
+
+
+@functools.cache
+def _case(seed: int, paths: tuple[str, ...]) -> Case:
+    return draw_case(seed, paths)
+
+
+def _label(seed: int, paths: tuple[str, ...]) -> str:
+    case = _case(seed, paths)
+    return f"{seed}-{case.path}-{case.family}-{case.cell_kind}-P{case.world_size}"
+
+
+def _check(case: Case) -> None:
+    outcome = run_case(case)
+    if outcome.status == "skip":
+        pytest.skip(outcome.detail)
+    assert outcome.ok, outcome.report()
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS, ids=[_label(seed, SIMULATED_PATHS) for seed in CI_SEEDS])
+def test_simulated_case(seed: int) -> None:
+    _check(_case(seed, SIMULATED_PATHS))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("seed", GLOO_SEEDS, ids=[_label(seed, ("gloo",)) for seed in GLOO_SEEDS])
+def test_gloo_case(seed: int) -> None:
+    _check(_case(seed, ("gloo",)))
+
+
+def test_ci_subset_covers_every_op_family_cell_pbc_and_world_size() -> None:
+    cases = [_case(seed, SIMULATED_PATHS) for seed in CI_SEEDS]
+    assert {op for case in cases if case.model.kind == "mpnn" for op in case.model.ops} == set(OPS)
+    assert {case.family for case in cases} == set(FAMILIES)
+    assert {case.cell_kind for case in cases} == set(CELL_KINDS)
+    assert {case.path for case in cases} == set(SIMULATED_PATHS)
+    assert len({case.pbc for case in cases}) == 8
+    assert {case.world_size for case in cases} == set(range(1, 9))
+    assert {case.model.kind for case in cases} >= {"mpnn", "simple", "pair", "lj"}
+    assert {case.integrator for case in cases} >= {"nve", "langevin"}
+
+
+def test_cases_are_determined_by_their_seed() -> None:
+    for seed in (0, 7, 12345):
+        first, second = draw_case(seed), draw_case(seed)
+        assert first == second
+        assert (first.atoms().positions == second.atoms().positions).all()
+        assert draw_case(seed, (first.path,)) == first
