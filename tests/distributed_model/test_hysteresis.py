@@ -4,24 +4,20 @@ are), not a period away (it then lost its neighbours: 0.4 Å off after 100 steps
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from ase.md.velocitydistribution import thermalize_momenta
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator, SimulatedMesh, run_simulated
 from nvdd_plugins.dynamics import NVE
-from tests.helpers.systems import lj_model, triclinic_bulk
+from tests.helpers.systems import hot_bulk, lj_model
 
 
 def _run(comm: Communicator) -> tuple[torch.Tensor, int]:
-    atoms = triclinic_bulk()
-    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
     model = lj_model()
     config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm, migration_hysteresis=0.2)
     with DomainParallel(NVE(model, 4.0, skin=0.5), config, 100) as dd:
-        dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+        dd.partition(hot_bulk() if comm.rank == 0 else None)
         dd.run()
         migrated = int(comm.all_reduce(torch.tensor([dd.model.domain.migrated]))[0])
         return dd.gather(dd.batch).positions, migrated

@@ -24,7 +24,7 @@ from nvdd_plugins.spec import (
     OpAdapter,
 )
 from tests.helpers.oracle import errors, reference
-from tests.helpers.systems import SYSTEMS
+from tests.helpers.systems import SYSTEMS, NotReboundInteraction
 
 
 @torch.jit.script
@@ -151,17 +151,8 @@ def test_opaque_op_without_adapter_is_reported(caplog) -> None:
         _worst_force_error(model, 2, strict=True)
 
 
-class _NotRebound(_Interaction):
-    def forward(self, h, radial, envelope, receivers, senders):
-        weight = self.filter(radial) * envelope.unsqueeze(-1)
-        messages = torch.nn.functional.silu(self.message(h[senders])) * weight
-        aggregated = h.new_zeros(h.shape)
-        aggregated.index_add_(0, receivers, messages)  # result not rebound
-        return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
-
-
 def test_compiled_run_refuses_a_scatter_that_is_not_rebound() -> None:
-    model = _mpnn(_NotRebound, SPEC_MPNN_HALO)
+    model = _mpnn(NotReboundInteraction, SPEC_MPNN_HALO)
     atoms = SYSTEMS["bulk"]()
 
     def run(comm):

@@ -14,9 +14,8 @@ from nvdd_plugins.comm import all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
-from nvdd_plugins.models.mpnn import _Interaction
 from tests.helpers.oracle import errors, reference, replicated
-from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
+from tests.helpers.systems import SYSTEMS, NotReboundInteraction, lj_model, mpnn_model
 
 
 def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
@@ -80,15 +79,6 @@ class _NoSentinelFilter(SimpleMPNN):
         )
 
 
-class _NotRebound(_Interaction):
-    def forward(self, h, radial, envelope, receivers, senders):
-        weight = self.filter(radial) * envelope.unsqueeze(-1)
-        messages = torch.nn.functional.silu(self.message(h[senders])) * weight
-        aggregated = h.new_zeros(h.shape)
-        aggregated.index_add_(0, receivers, messages)  # result not rebound
-        return h + torch.nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))
-
-
 def _run(model, world_size: int = 2):
     atoms = SYSTEMS["bulk"]()
     return run_simulated(
@@ -109,7 +99,7 @@ def test_unfiltered_sentinels_name_the_rule():
 def test_in_place_scatter_without_rebinding_is_still_exact():
     model = mpnn_model()
     for layer in model.layers:
-        layer.__class__ = _NotRebound
+        layer.__class__ = NotReboundInteraction
     atoms = SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
     result = _run(model)[0]

@@ -6,9 +6,11 @@ import numpy as np
 import torch
 from ase import Atoms
 from ase.build import bulk
+from ase.md.velocitydistribution import thermalize_momenta
 from torch import nn
 
 from nvdd_plugins import Batch
+from nvdd_plugins.dynamics import NVE, BaseDynamics, NVTLangevin
 from nvdd_plugins.models import (
     BaseModelMixin,
     LennardJonesModel,
@@ -16,6 +18,7 @@ from nvdd_plugins.models import (
     NeighborConfig,
     SimpleMPNN,
 )
+from nvdd_plugins.models.mpnn import _Interaction
 from nvdd_plugins.spec import SPEC_MPNN_HALO
 
 LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF = 0.0104, 3.4, 6.0
@@ -137,3 +140,33 @@ SYSTEMS = {
     "cluster": cluster,
     "small_box": small_box,
 }
+
+
+MD_DT_FS, MD_SKIN = 4.0, 0.5  # the shared trajectory tests' time step and Verlet skin
+
+
+def md_integrator(name: str, model: BaseModelMixin) -> BaseDynamics:
+    """NVE ("nve") or NVTLangevin at 600 K ("langevin") with the shared step and skin."""
+    if name == "nve":
+        return NVE(model, MD_DT_FS, skin=MD_SKIN)
+    return NVTLangevin(model, MD_DT_FS, temperature=600.0, friction=0.02, seed=11, skin=MD_SKIN)
+
+
+def hot_bulk() -> Batch:
+    """`triclinic_bulk` with 600 K Maxwell-Boltzmann velocities (atoms migrate and cross
+    periodic faces within a few dozen steps)."""
+    atoms = triclinic_bulk()
+    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
+    return Batch.from_atoms(atoms)
+
+
+class NotReboundInteraction(_Interaction):
+    """A SimpleMPNN layer that does not rebind its in-place `index_add_` (a rule break that is
+    exact in eager runs and refused under compile=True)."""
+
+    def forward(self, h, radial, envelope, receivers, senders):
+        weight = self.filter(radial) * envelope.unsqueeze(-1)
+        messages = nn.functional.silu(self.message(h[senders])) * weight
+        aggregated = h.new_zeros(h.shape)
+        aggregated.index_add_(0, receivers, messages)  # result not rebound
+        return h + nn.functional.silu(self.update(torch.cat([h, aggregated], dim=-1)))

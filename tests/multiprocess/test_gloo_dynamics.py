@@ -4,35 +4,20 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 import torch
-from ase.md.velocitydistribution import thermalize_momenta
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
+from nvdd_plugins import DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.comm import Communicator, SimulatedMesh
-from nvdd_plugins.dynamics import NVE, BaseDynamics, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics import NVE, BaseDynamics, DynamicsStage
 from tests.helpers.multiprocess import RankFailed, run_gloo
-from tests.helpers.systems import lj_model, mpnn_model, triclinic_bulk
+from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, md_integrator, mpnn_model
 
 pytestmark = pytest.mark.multiprocess
 
 N_STEPS = 200
-DT_FS = 4.0
-SKIN = 0.5
+DT_FS, SKIN = MD_DT_FS, MD_SKIN
 MODELS = {"lj": lj_model, "mpnn": mpnn_model}
-
-
-def _integrator(name: str, model):
-    if name == "nve":
-        return NVE(model, DT_FS, skin=SKIN)
-    return NVTLangevin(model, DT_FS, temperature=600.0, friction=0.02, seed=11, skin=SKIN)
-
-
-def _initial_system() -> Batch:
-    atoms = triclinic_bulk()
-    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
-    return Batch.from_atoms(atoms)
 
 
 class _TrajectoryCheck:
@@ -62,7 +47,7 @@ def _reference_trajectories() -> dict[str, torch.Tensor]:
     trajectories = {}
     for model_name, factory in MODELS.items():
         for integrator in ("nve", "langevin"):
-            dynamics, batch = _integrator(integrator, factory()), _initial_system()
+            dynamics, batch = md_integrator(integrator, factory()), hot_bulk()
             frames = []
             for _ in range(N_STEPS):
                 dynamics.step(batch)
@@ -81,10 +66,10 @@ def _distributed_runs(comm: Communicator, references: dict[str, torch.Tensor]) -
     for label, reference in references.items():
         model_name, integrator = label.split("/")
         model = MODELS[model_name]()
-        full = _initial_system()
+        full = hot_bulk()
         check = _TrajectoryCheck(reference, full.atomic_masses)
         config = DomainConfig(cutoff=model.cutoff, skin=SKIN, mesh=comm)
-        with DomainParallel(_integrator(integrator, model), config, N_STEPS, hooks=[check]) as dd:
+        with DomainParallel(md_integrator(integrator, model), config, N_STEPS, hooks=[check]) as dd:
             dd.partition(full if comm.rank == 0 else None)
             dd.run()
             migrated = int(comm.all_reduce(torch.tensor([dd.model.domain.migrated]))[0])
@@ -94,7 +79,7 @@ def _distributed_runs(comm: Communicator, references: dict[str, torch.Tensor]) -
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_trajectories_match_single_process(world_size, references) -> None:
-    frac = references["lj/nve"] @ torch.linalg.inv(_initial_system().cell[0])
+    frac = references["lj/nve"] @ torch.linalg.inv(hot_bulk().cell[0])
     wraps = int((torch.floor(frac[1:]) != torch.floor(frac[:-1])).any(-1).sum())
     assert wraps > 20, "the test system must cross periodic boundaries"
     reports = run_gloo(world_size, _distributed_runs, references, timeout=400)
@@ -151,7 +136,7 @@ def _custom_run(comm: Communicator) -> torch.Tensor:
     integrator = _RescalingIntegrator(model, DT_FS, target_ke=3.0)
     config = DomainConfig(cutoff=model.cutoff, skin=SKIN, mesh=comm)
     with DomainParallel(integrator, config, 60, hooks=[_GlobalKineticEnergyHook(integrator)]) as dd:
-        dd.partition(_initial_system() if comm.rank == 0 else None)
+        dd.partition(hot_bulk() if comm.rank == 0 else None)
         dd.run()
         return dd.gather(dd.batch).positions
 
@@ -180,7 +165,7 @@ def _exploding_run(comm: Communicator) -> None:
     model = lj_model()
     config = DomainConfig(cutoff=model.cutoff, skin=SKIN, mesh=comm)
     with DomainParallel(NVE(model, DT_FS), config, 50, hooks=[_Explode(comm.rank)]) as dd:
-        dd.partition(_initial_system() if comm.rank == 0 else None)
+        dd.partition(hot_bulk() if comm.rank == 0 else None)
         dd.run()
 
 

@@ -5,36 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from ase.md.velocitydistribution import thermalize_momenta
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
+from nvdd_plugins import DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.comm import Communicator, run_simulated
-from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics import DynamicsStage
 from nvdd_plugins.parallel.checkpoint import CHECKPOINT_FORMAT, CheckpointFormatError
 from tests.helpers.multiprocess import run_gloo
-from tests.helpers.systems import lj_model, triclinic_bulk
+from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model, md_integrator
 
 N_STEPS = 60
 HALF = 30
-DT_FS = 4.0
-SKIN = 0.5
 INTEGRATORS = ("nve", "langevin")
-
-
-def _integrator(name: str) -> NVE | NVTLangevin:
-    model = lj_model()
-    if name == "nve":
-        return NVE(model, DT_FS, skin=SKIN)
-    return NVTLangevin(model, DT_FS, temperature=600.0, friction=0.02, seed=11, skin=SKIN)
-
-
-def _initial_system() -> Batch:
-    atoms = triclinic_bulk()
-    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
-    return Batch.from_atoms(atoms)
 
 
 class _Frames:
@@ -55,9 +38,9 @@ def _parallel(
     comm: Communicator, name: str, frames: _Frames, hysteresis: float = 0.0
 ) -> DomainParallel:
     config = DomainConfig(
-        cutoff=lj_model().cutoff, skin=SKIN, mesh=comm, migration_hysteresis=hysteresis
+        cutoff=lj_model().cutoff, skin=MD_SKIN, mesh=comm, migration_hysteresis=hysteresis
     )
-    return DomainParallel(_integrator(name), config, HALF, hooks=[frames])
+    return DomainParallel(md_integrator(name, lj_model()), config, HALF, hooks=[frames])
 
 
 def _final(dd: DomainParallel, frames: _Frames) -> dict:
@@ -74,14 +57,14 @@ def _final(dd: DomainParallel, frames: _Frames) -> dict:
 def _uninterrupted(comm: Communicator, name: str, hysteresis: float = 0.0) -> dict:
     frames = _Frames()
     dd = _parallel(comm, name, frames, hysteresis)
-    dd.partition(_initial_system() if comm.rank == 0 else None)
+    dd.partition(hot_bulk() if comm.rank == 0 else None)
     dd.run(n_steps=N_STEPS)
     return _final(dd, frames)
 
 
 def _first_half(comm: Communicator, name: str, path: Path, hysteresis: float = 0.0) -> None:
     dd = _parallel(comm, name, _Frames(), hysteresis)
-    dd.partition(_initial_system() if comm.rank == 0 else None)
+    dd.partition(hot_bulk() if comm.rank == 0 else None)
     dd.run()
     dd.save_checkpoint(path)
 
@@ -138,7 +121,7 @@ def test_checkpoint_before_the_first_step(tmp_path: Path) -> None:
 
     def save(comm: Communicator) -> None:
         dd = _parallel(comm, "langevin", _Frames())
-        dd.partition(_initial_system() if comm.rank == 0 else None)
+        dd.partition(hot_bulk() if comm.rank == 0 else None)
         dd.save_checkpoint(path)
 
     run_simulated(2, save)
