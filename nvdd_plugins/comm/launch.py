@@ -66,6 +66,11 @@ def slurm_first_host(nodelist: str) -> str:
 
 
 _INSTALLED: list[str] = []
+# What a rank's collective raises when a peer died (gloo, NCCL watchdog, the simulated mesh).
+_PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|another rank failed|"
+    r"NCCL communicator was aborted|remote process exited"
+)
 
 
 def end_job_on_exception(launcher: str) -> None:
@@ -83,7 +88,12 @@ def end_job_on_exception(launcher: str) -> None:
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        previous(kind, value, tb)
+        if _PEER_GONE.search(str(value)):
+            # Not this rank's failure: the root cause is the failing rank's message.
+            rank = detect_launch().rank
+            sys.stderr.write(f"[rank{rank}]: stopped: another rank failed (its message says why)\n")
+        else:
+            previous(kind, value, tb)
         sys.stdout.flush()
         sys.stderr.flush()
         if launcher == "mpirun":

@@ -44,6 +44,7 @@ def test_fault_ends_the_job(launcher: str, path: str, fault: str) -> None:
     assert code != 0, output
     assert "SURVIVED" not in output, output
     assert re.search(EXPECTED[fault], output), output
+    assert "GLHF" not in output, "a peer printed its secondary error as if it had failed"
     failed = re.search(r"failing at ([0-9.]+)", output)
     since = ended - (float(failed.group(1)) if failed else start)
     assert since < 30, f"the job ended {since:.0f} s after the fault\n{output}"
