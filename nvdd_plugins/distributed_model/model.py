@@ -25,6 +25,7 @@ from nvdd_plugins.distributed_model.interception import (
 )
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.geometry.cell import images_unambiguous
 from nvdd_plugins.models.base import BaseModelMixin
 from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
 from nvdd_plugins.spec import MLIPSpec, OutputKind
@@ -62,6 +63,9 @@ class DistributedModel(nn.Module):
         self._slot = new_slot()
         weakref.finalize(self, release_slot, self._slot)
         self._compiled: Any = None
+        # Hand the model the Verlet pairs unfiltered (decided at each rebuild).
+        neighbors = model.model_config.neighbor_config
+        self._skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs)
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
@@ -187,6 +191,15 @@ class DistributedModel(nn.Module):
     def _rebuild(self, owned: Batch) -> None:
         self.domain.build(owned)
         self._check_indices = True
+        neighbors = self.model.model_config.neighbor_config
+        unambiguous = images_unambiguous(owned.cell[0], owned.pbc[0], self.config.halo_width)
+        self._skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs) and unambiguous
+        if self.config.compile and not unambiguous:
+            raise ValueError(
+                "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "
+                f"every periodic cell width above 2 x (cutoff + skin) = "
+                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
+            )
 
     # -- the distributed evaluation ---------------------------------------------------------
     def evaluate_view(
@@ -269,8 +282,7 @@ class DistributedModel(nn.Module):
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
     ) -> Batch:
         shifts = view.edge_shifts(cell[0])
-        neighbors = self.model.model_config.neighbor_config
-        if neighbors is not None and neighbors.accepts_skin_pairs:
+        if self._skin_pairs:
             edge_index = view.edge_index
         else:
             edge_index = view.active_edges(rows, shifts, self.model.cutoff)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.geometry.cell import rows_times_3x3
+from nvdd_plugins.geometry.cell import images_unambiguous, rows_times_3x3
 from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
 from nvdd_plugins.geometry.rebuild import RebuildDetector
 
@@ -36,7 +36,8 @@ def attach_neighbor_list(batch: Batch, cutoff: float) -> None:
 class VerletNeighborList:
     """A neighbour list built at cutoff + skin and reused until an atom moved more than
     skin / 2 or the cell or species changed; `attach` stores the pairs within `cutoff`
-    (or all listed pairs with `filter_pairs=False`, for models that zero them exactly)."""
+    (or all listed pairs with `filter_pairs=False`, for models that zero them exactly, when
+    every periodic width exceeds 2 × (cutoff + skin): see `images_unambiguous`)."""
 
     def __init__(self, cutoff: float, skin: float = 0.0, filter_pairs: bool = True) -> None:
         self.cutoff = float(cutoff)
@@ -44,6 +45,7 @@ class VerletNeighborList:
         self.filter_pairs = filter_pairs
         self._detector = RebuildDetector(skin)
         self._pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._keep_all = False
 
     def attach(self, batch: Batch) -> None:
         """Set `edge_index`, `shifts` and `unit_shifts` of `batch` to its current pairs."""
@@ -56,9 +58,14 @@ class VerletNeighborList:
             units = listed.unit_shifts
             self._pairs = (listed.edge_index, units, units.to(positions.dtype))
             self._detector.update(positions, batch.cell, numbers=batch.atomic_numbers)
+            reach = self.cutoff + self.skin
+            self._keep_all = not self.filter_pairs and all(
+                images_unambiguous(batch.cell[g], batch.pbc[g], reach)
+                for g in range(batch.num_graphs)
+            )
         edge_index, unit_shifts, unit_rows = self._pairs
         shifts = edge_shifts(batch, edge_index, unit_rows)
-        if self.skin == 0.0 or not self.filter_pairs:
+        if self.skin == 0.0 or self._keep_all:
             batch.set_edges(edge_index, shifts=shifts, unit_shifts=unit_shifts)
             return
         vectors = positions[edge_index[1]] - positions[edge_index[0]] + shifts

@@ -15,6 +15,7 @@ import torch
 
 __all__ = [
     "complete_cell",
+    "images_unambiguous",
     "minimum_image",
     "perpendicular_widths",
     "rows_times_3x3",
@@ -97,6 +98,18 @@ def perpendicular_widths(cell: torch.Tensor) -> torch.Tensor:
     areas = torch.linalg.vector_norm(crosses, dim=-1)
     tiny = torch.finfo(cell.dtype).tiny
     return volume(cell) / areas.clamp_min(tiny)
+
+
+def images_unambiguous(cell: torch.Tensor, pbc: PbcLike, reach: float) -> bool:
+    """Whether every periodic perpendicular width exceeds 2 × `reach` (Å), so that a pair
+    vector shorter than `reach` is its own minimum image. A Verlet list at cutoff + skin may
+    be handed unfiltered to a model that takes minimum images only when this holds for
+    reach = cutoff + skin: otherwise a skin pair can fold onto another image of its pair."""
+    periodic = torch.tensor(_as_pbc(pbc))
+    if not bool(periodic.any()):
+        return True
+    widths = perpendicular_widths(complete_cell(cell.detach().cpu(), periodic))
+    return bool((widths[periodic] > 2.0 * reach).all())
 
 
 def complete_cell(cell: torch.Tensor, pbc: PbcLike) -> torch.Tensor:
