@@ -69,6 +69,28 @@ class Communicator(ABC):
         order = torch.argsort(torch.cat(self.all_gather(ids)))
         return {name: torch.cat(self.all_gather(value))[order] for name, value in fields.items()}
 
+    def scatter_rows(
+        self,
+        fields: Mapping[str, torch.Tensor],
+        owner: torch.Tensor | None,
+        schema: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
+    ) -> dict[str, torch.Tensor]:
+        """Rank 0 sends each row of each of `fields` to the rank `owner` names (collective;
+        other ranks pass no fields and None). `schema`, the same on every rank, gives each
+        field's dtype and trailing shape. Returns this rank's rows in rank 0's order, on the
+        CPU."""
+        if self.rank == 0:
+            owner = owner.cpu()
+        received = {}
+        for name, (dtype, trailing) in schema.items():
+            template = torch.empty((0, *trailing), dtype=dtype)
+            sends = {}
+            if self.rank == 0:
+                values = fields[name].cpu()
+                sends = {q: values[owner == q] for q in range(self.size)}
+            received[name] = self.exchange_variable(sends, template=template).get(0, template)
+        return received
+
     def exchange_variable(
         self, sends: Mapping[int, torch.Tensor], template: torch.Tensor
     ) -> dict[int, torch.Tensor]:

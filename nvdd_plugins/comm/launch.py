@@ -9,7 +9,15 @@ import sys
 from dataclasses import dataclass
 from types import TracebackType
 
-__all__ = ["LaunchInfo", "detect_launch", "end_job_on_exception", "slurm_first_host"]
+import torch
+
+__all__ = [
+    "LaunchInfo",
+    "detect_launch",
+    "end_job_on_exception",
+    "local_device",
+    "slurm_first_host",
+]
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,15 @@ def detect_launch() -> LaunchInfo:
             "slurm",
         )
     return LaunchInfo(0, 1, 0, "none")
+
+
+def local_device(device: torch.device | str) -> torch.device:
+    """`device` for this process: CUDA without an index means the GPU the launcher gave this
+    rank (`torch.cuda.current_device()`), so each rank's atoms live on its own GPU."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def slurm_first_host(nodelist: str) -> str:

@@ -52,20 +52,20 @@ class SimulatedMesh:
         self._failed.set()
         self._barrier.abort()
 
-    def take(self, source: int, destination: int, rank: int) -> Any:
+    def take(self, source: int, destination: int) -> Any:
         """The next message from `source` to `destination`; raises at once when the mesh
         was aborted, and after `timeout` seconds without a message."""
         mailbox = self._mail[(source, destination)]
         waited = 0.0
         while waited < self.timeout:
             if self._failed.is_set():
-                raise RuntimeError(f"rank {rank}: another rank failed")
+                raise RuntimeError(f"rank {destination}: another rank failed")
             try:
                 return mailbox.get(timeout=_POLL_S)
             except queue.Empty:
                 waited += _POLL_S
         self.abort()
-        raise TimeoutError(f"rank {rank}: no message from rank {source} in {self.timeout} s")
+        raise TimeoutError(f"rank {destination}: no message from rank {source} in {self.timeout} s")
 
 
 class SimulatedCommunicator(Communicator):
@@ -94,7 +94,7 @@ class SimulatedCommunicator(Communicator):
             if count == 0:
                 received[peer] = template.new_empty((0, *template.shape[1:]))
                 continue
-            tensor = self.mesh.take(peer, self.rank, self.rank)
+            tensor = self.mesh.take(peer, self.rank)
             if tensor.shape[0] != count:
                 raise RuntimeError(
                     f"rank {self.rank}: expected {count} rows from rank {peer}, got "

@@ -63,9 +63,10 @@ class DistributedModel(nn.Module):
         self._slot = new_slot()
         weakref.finalize(self, release_slot, self._slot)
         self._compiled: Any = None
-        # Hand the model the Verlet pairs unfiltered (decided at each rebuild).
         neighbors = model.model_config.neighbor_config
-        self._skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs)
+        self._accepts_skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs)
+        # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
+        self._skin_pairs = self._accepts_skin_pairs
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
@@ -145,10 +146,7 @@ class DistributedModel(nn.Module):
     def check_finite(self, owned: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
         or energy, are NaN or infinite (collective; `prepare` does this every step)."""
-        energy, *per_atom = self._last_results
-        invalid, anything = invalid_atoms(owned.positions.detach(), energy, per_atom)
-        if bool(self.comm.all_reduce(anything.to(torch.float32).reshape(1), "max")[0]):
-            raise NonFiniteError(non_finite_report(self.comm, owned.global_ids, invalid, energy))
+        self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids)
 
     def compute_view(self, owned: Batch) -> Batch:
         """This rank's padded compute view as a Batch (owned rows, ghosts, padding; edges
@@ -191,9 +189,8 @@ class DistributedModel(nn.Module):
     def _rebuild(self, owned: Batch) -> None:
         self.domain.build(owned)
         self._check_indices = True
-        neighbors = self.model.model_config.neighbor_config
         unambiguous = images_unambiguous(owned.cell[0], owned.pbc[0], self.config.halo_width)
-        self._skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs) and unambiguous
+        self._skin_pairs = self._accepts_skin_pairs and unambiguous
         if self.config.compile and not unambiguous:
             raise ValueError(
                 "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "

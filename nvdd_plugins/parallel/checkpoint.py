@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from nvdd_plugins.comm import Communicator
+from nvdd_plugins.comm.launch import local_device
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame
 from nvdd_plugins.distributed_model.domain import HaloDomain
@@ -148,7 +149,7 @@ def restore_domain_checkpoint(
         missing, message = problem
         raise FileNotFoundError(message) if missing else CheckpointFormatError(message)
     meta = comm.broadcast_object(_metadata(content) if comm.rank == 0 else None, src=0)
-    target = _local_device(torch.device(device if device is not None else meta["device"]))
+    target = local_device(device if device is not None else meta["device"])
     layout = meta["decomposition"]
     saved_grid = tuple(layout["grid"])
     wanted_grid = domain.config.grid
@@ -172,7 +173,10 @@ def restore_domain_checkpoint(
             where = per_atom.get("reference_positions", per_atom["positions"])
             cell = reference_cell if reference_cell is not None else meta["system"]["cell"][0]
             owner = domain.owners(where, cell).cpu()
-    received = _scatter(comm, per_atom, owner, meta["schema"], target)
+    received = {
+        name: value.to(target)
+        for name, value in comm.scatter_rows(per_atom, owner, meta["schema"]).items()
+    }
 
     system = {name: value.clone().to(target) for name, value in meta["system"].items()}
     ptr = torch.tensor([0, received["positions"].shape[0]], device=target)
@@ -244,29 +248,3 @@ def _metadata(content: Mapping[str, Any]) -> dict[str, Any]:
         "decomposition": layout,
         "reference_cell": reference,
     }
-
-
-def _scatter(
-    comm: Communicator,
-    per_atom: Mapping[str, torch.Tensor],
-    owner: torch.Tensor | None,
-    schema: Mapping[str, tuple[torch.dtype, tuple[int, ...]]],
-    device: torch.device,
-) -> dict[str, torch.Tensor]:
-    """Rank 0's rows of each per-atom tensor sent to their `owner` rank (order kept)."""
-    received = {}
-    for name, (dtype, trailing) in schema.items():
-        template = torch.empty((0, *trailing), dtype=dtype)
-        sends = {}
-        if comm.rank == 0:
-            sends = {q: per_atom[name][owner == q] for q in range(comm.size)}
-        parts = comm.exchange_variable(sends, template=template)
-        received[name] = parts.get(0, template).clone().to(device)
-    return received
-
-
-def _local_device(device: torch.device) -> torch.device:
-    """This process's GPU for CUDA (each rank holds its atoms on its own GPU)."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device

@@ -10,6 +10,7 @@ from types import TracebackType
 import torch
 
 from nvdd_plugins.comm import Communicator
+from nvdd_plugins.comm.launch import local_device
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
@@ -29,14 +30,6 @@ logger = logging.getLogger(__name__)
 def _fingerprint(batch: Batch) -> list[tuple[str, int, int]]:
     """Each field's name, tensor identity and in-place version: any write changes it."""
     return [(name, id(value), value._version) for name, value in batch.fields()]
-
-
-def _local_device(device: torch.device) -> torch.device:
-    """This process's device of rank 0's device type: each rank's atoms live on the GPU
-    the launcher gave it (`torch.cuda.current_device()`), not on rank 0's."""
-    if device.type == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 class DomainParallel:
@@ -103,20 +96,15 @@ class DomainParallel:
         if self.comm.rank == 0:
             nodes = {k: (v.dtype, tuple(v.shape[1:])) for k, v in full.fields(FieldLevel.NODE)}
             system = {k: v for k, v in full.fields(FieldLevel.SYSTEM)}
-            schema = (nodes, {k: v.cpu() for k, v in system.items()}, str(full.device))
+            schema = (nodes, {k: v.cpu() for k, v in system.items()}, full.device.type)
         nodes, system, device = self.comm.broadcast_object(schema, src=0)
-        device = _local_device(torch.device(device))
-        fields = {}
+        device = local_device(device)
+        owner, parts = None, {}
         if self.comm.rank == 0:
             owner = self.model.domain.owners(full.positions, full.cell[0])
-            parts = {name: value for name, value in full.fields(FieldLevel.NODE)}
-        for name, (dtype, trailing) in nodes.items():
-            template = torch.empty((0, *trailing), dtype=dtype)
-            sends = {}
-            if self.comm.rank == 0:
-                sends = {q: parts[name][owner == q].cpu() for q in range(self.comm.size)}
-            received = self.comm.exchange_variable(sends, template=template)
-            fields[name] = received.get(0, template).to(device)
+            parts = dict(full.fields(FieldLevel.NODE))
+        received = self.comm.scatter_rows(parts, owner, nodes)
+        fields = {name: value.to(device) for name, value in received.items()}
         n = fields["positions"].shape[0]
         self.batch = Batch(
             fields,
