@@ -80,6 +80,26 @@ def median_seconds(
     return statistics.median(times)
 
 
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device, warmup: int = 3
+) -> dict[str, float]:
+    """Median wall time of each function, timed in alternation (one call of each per round),
+    so that a machine whose speed drifts during the run (a loaded host, GPU clocks) slows
+    them alike; for ratios of CPU-bound steps."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     cuda = torch.cuda.is_available()
@@ -101,9 +121,14 @@ def write_json(path: str | None, results: dict[str, Any]) -> None:
 
 
 def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> torch.nn.Module:
-    """A random-weight ScaleShiftMACE: "small" (32x0e+32x1o, L=3, correlation 3, r_max 5 Å,
-    2 interactions, the FACTS anchor) or "tiny" (8x0e+8x1o, L=2, correlation 2)."""
-    hidden, ell, correlation = {"small": ("32x0e+32x1o", 3, 3), "tiny": ("8x0e+8x1o", 2, 2)}[preset]
+    """A random-weight ScaleShiftMACE, r_max 5 Å, 2 interactions: "small" (32x0e+32x1o,
+    L=3, correlation 3; the plain mace-torch anchor in docs/benchmarks.md), "medium"
+    (128x0e+128x1o, L=3, correlation 3) or "tiny" (8x0e+8x1o, L=2, correlation 2)."""
+    hidden, ell, correlation = {
+        "tiny": ("8x0e+8x1o", 2, 2),
+        "small": ("32x0e+32x1o", 3, 3),
+        "medium": ("128x0e+128x1o", 3, 3),
+    }[preset]
     return random_mace(
         species,
         hidden_irreps=hidden,

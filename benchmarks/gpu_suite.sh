@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU figure in docs/benchmarks.md, on one GPU:
+# Every GPU figure in docs/benchmarks.md (the cueq_multi and cueq_largest steps need two GPUs):
 #   bash benchmarks/gpu_suite.sh OUT_DIR [STEP ...]      (default: all steps)
 # Each step has its own time limit and writes OUT_DIR/<step>.txt and .json; a failing step
 # does not stop the others.
@@ -10,7 +10,7 @@ wanted=" ${*:-all} "
 mkdir -p "$out"
 cd "$(dirname "$0")"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-quiet='Warning|visitor|atomic_numbers|_Jd|cuequivariance|warnings.warn'
+quiet='Warning|visitor|atomic_numbers|_Jd|warnings.warn|np.reshape'
 
 step() {
     local name=$1 limit=$2
@@ -32,3 +32,12 @@ step compile_mace 300 distributed_overhead.py --models mace --sizes 10000 --devi
     --dtype float32 --repeats 10 --compile --ranks
 step mace_scaling 240 mace_scaling.py --device cuda --sizes 10000 100000 --largest
 step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda --steps 5
+# MACE + cuEquivariance (needs cuequivariance-torch and its cu13 ops importable)
+step cueq_single 300 mace_cueq.py single --cases small:10976 small:108000 medium:32000 --e3nn \
+    --float64-check --repeats 10
+step cueq_multi 420 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py multi \
+    --per-gpu 108000 --strong 216000
+step cueq_largest 300 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py \
+    multi --largest 1200000 --repeats 2
+step cueq_plain_largest 400 mace_cueq.py plain --cases small:595508 small:665500 small:704969 \
+    --repeats 2

@@ -1,7 +1,8 @@
-"""Storage policies and transforms, as the seed imports them (`nvdd_plugins.ops`)."""
+"""Storage policies, transforms and the scatter mark under one import path for model authors."""
 
 from __future__ import annotations
 
+from nvdd_plugins.spec.marks import scattered_onto_nodes
 from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy
 from nvdd_plugins.spec.transforms import AllReduceSum, GatherInputs, ScatterOutputs, SliceOwned
 
@@ -12,4 +13,5 @@ __all__ = [
     "HaloStoragePolicy",
     "ScatterOutputs",
     "SliceOwned",
+    "scattered_onto_nodes",
 ]

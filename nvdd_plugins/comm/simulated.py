@@ -2,7 +2,9 @@
 
 Each virtual rank runs the same function in its own thread; messages pass through queues
 and collectives meet at a barrier. A failure on one rank aborts the barrier, so the others
-fail fast instead of hanging. CPU tensors only (autograd on CPU runs on the calling thread).
+fail fast instead of hanging. CPU tensors only: autograd runs a CPU backward on the calling
+thread, but every CUDA backward of a device on one shared worker thread, where one virtual
+rank's backward exchange would wait for a peer's backward queued behind it.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class SimulatedCommunicator(Communicator):
         template: torch.Tensor,
     ) -> dict[int, torch.Tensor]:
         """Point-to-point exchange through the mesh's mailboxes."""
+        if template.is_cuda and self.size > 1:
+            raise RuntimeError(
+                "simulated ranks cannot exchange CUDA tensors: autograd runs every backward "
+                "on a device in one thread, so a backward exchange would deadlock. Run one "
+                "process per rank (torchrun, mpirun, or gloo processes sharing the GPU)"
+            )
         for peer, tensor in sends.items():
             if tensor.shape[0] > 0:
                 self._post(peer, tensor.detach().clone())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import ase
 import torch
@@ -262,25 +262,6 @@ class Batch:
         ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
         node = {k: v[index] for k, v in self._node.items()}
         return Batch(node, {}, dict(self._system), ptr)
-
-    @classmethod
-    def cat_nodes(cls, batches: Iterable[Batch]) -> Batch:
-        """Concatenate the atoms of single-system batches into one system.
-
-        System fields come from the first batch; edges are dropped.
-        """
-        batches = list(batches)
-        if not batches:
-            raise ValueError("cat_nodes needs at least one batch")
-        if any(b.num_graphs != 1 for b in batches):
-            raise ValueError("cat_nodes joins single-system batches")
-        names = list(batches[0]._node)
-        if any(list(b._node) != names for b in batches[1:]):
-            raise ValueError("cat_nodes: batches carry different per-atom fields")
-        node = {k: torch.cat([b._node[k] for b in batches]) for k in names}
-        n = sum(b.num_nodes for b in batches)
-        ptr = torch.tensor([0, n], device=batches[0].ptr.device)
-        return cls(node, {}, dict(batches[0]._system), ptr)
 
     def __repr__(self) -> str:
         names = ", ".join(name for name, _ in self.fields())

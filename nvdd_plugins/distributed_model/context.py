@@ -70,6 +70,10 @@ class HaloContext:
             return tensor
         return torch.ops.nvdd.halo_forward(tensor, self.slot)
 
+    def refresh_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`refresh` for a node-indexed tensor; any other tensor is returned as it is."""
+        return self.refresh(tensor) if self.is_node_indexed(tensor) else tensor
+
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (adjoint: the same sum of the gradients)."""
         return torch.ops.nvdd.all_reduce_sum(tensor, self.slot)

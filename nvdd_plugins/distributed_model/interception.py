@@ -9,8 +9,9 @@ A `TorchFunctionMode` sits above autograd and sees every torch call of the forwa
   number of message-passing layers is exact with a ghost shell of one cutoff;
 * a node -> system sum (target not node-indexed, source node-indexed) only sums the owned
   rows, so per-system outputs are this rank's partials;
-* an op named in an `OpAdapter` gets its argument and output transforms; any other opaque
-  op (`torch.ops.<namespace>`) reading node-indexed tensors is reported once.
+* an op named in an `OpAdapter` gets its argument and output transforms, and a tensor passed
+  through `scattered_onto_nodes` the ghost-row refresh; any other opaque op
+  (`torch.ops.<namespace>`) reading node-indexed tensors is reported once.
 
 With `check_indices` on (the first forward after each rebuild, always eager), indexing with
 the padding sentinel raises a `DistributionRuleError` naming the rule instead of an opaque
@@ -33,7 +34,7 @@ from torch.utils._pytree import tree_leaves
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.distributed_model.transforms import apply_transform
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.spec import OpAdapter
+from nvdd_plugins.spec import OpAdapter, scattered_onto_nodes
 
 __all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode"]
 
@@ -155,6 +156,8 @@ class HaloInterceptionMode(TorchFunctionMode):
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
         kwargs = dict(kwargs or {})
+        if func is scattered_onto_nodes:
+            return self.ctx.refresh_rows(args[0])
         adapter = self.adapters.get(func)
         if adapter is not None:
             return self._adapted(adapter, func, list(args), kwargs)

@@ -28,7 +28,7 @@ from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry.cell import images_unambiguous
 from nvdd_plugins.models.base import BaseModelMixin
 from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
-from nvdd_plugins.spec import MLIPSpec, OutputKind
+from nvdd_plugins.spec import MLIPSpec, OutputKind, refreshing_marks
 from nvdd_plugins.spec.policies import HaloStoragePolicy
 
 __all__ = ["DistributedModel"]
@@ -59,12 +59,18 @@ class DistributedModel(nn.Module):
         self.spec = self._validated_spec(model, config)
         self.domain = HaloDomain(self.comm, config)
         self._check_indices = True
+        # eager forwards skip op interception once a spec's aggregations_marked claim held
+        self._marks_verified = False
         self._replicated_ids: torch.Tensor | None = None
         self._slot = new_slot()
         weakref.finalize(self, release_slot, self._slot)
         self._compiled: Any = None
         neighbors = model.model_config.neighbor_config
-        self._accepts_skin_pairs = bool(neighbors and neighbors.accepts_skin_pairs)
+        self._accepts_skin_pairs = bool(
+            neighbors
+            and neighbors.accepts_skin_pairs
+            and (config.compile or not neighbors.prune_skin_pairs)
+        )
         # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
         self._skin_pairs = self._accepts_skin_pairs
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
@@ -272,8 +278,9 @@ class DistributedModel(nn.Module):
             derived = energy_derivatives(
                 partial, leaf, strain, cell, leaf.requires_grad, want_stress
             )
+        result = self._consolidate(view, out, partial, derived, local_rows)
         self._check_indices = False
-        return self._consolidate(view, out, partial, derived, local_rows)
+        return result
 
     def _view_batch(
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
@@ -309,11 +316,34 @@ class DistributedModel(nn.Module):
             with replaced_helpers(self.spec.distribution.third_party_helpers):
                 if self.config.compile and not self._check_indices:
                     return self._compiled_forward(batch.device)(batch, ctx)
-                return self._forward_in_mode(batch, ctx, check_indices=self._check_indices)
+                if self._marks_verified and not self._check_indices:
+                    with refreshing_marks(ctx.refresh_rows):
+                        return self.model(batch)
+                out = self._forward_in_mode(batch, ctx, check_indices=self._check_indices)
+                if self.spec.distribution.aggregations_marked and not self._marks_verified:
+                    self._verify_marks(batch, ctx, out["energies"][: view.n_owned])
+                return out
         except IndexError as err:
             if str(view.n_rows) in str(err):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
+
+    def _verify_marks(self, batch: Batch, ctx: HaloContext, owned_energies: torch.Tensor) -> None:
+        """Check a spec's `aggregations_marked` claim (collective): the owned per-atom energies
+        of a forward without interception must equal the intercepted ones."""
+        with torch.no_grad(), refreshing_marks(ctx.refresh_rows):
+            energies = self.model(batch)["energies"][: ctx.n_owned]
+        scale = float(owned_energies.detach().abs().max()) if ctx.n_owned else 0.0
+        tolerance = 1e-5 * max(scale, 1.0)
+        worst = (energies - owned_energies.detach()).abs().max() if ctx.n_owned else None
+        wrong = torch.tensor([float(worst > tolerance) if worst is not None else 0.0])
+        if float(self.comm.all_reduce(wrong.to(owned_energies.device), "sum")) > 0:
+            raise DistributionRuleError(
+                "the spec says aggregations_marked, but per-atom energies without op "
+                "interception differ from the intercepted ones: an aggregation onto atoms is "
+                "not passed through scattered_onto_nodes (or energies use per-system sums)"
+            )
+        self._marks_verified = True
 
     def _compiled_forward(self, device: torch.device) -> Any:
         """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""
@@ -381,7 +411,7 @@ class DistributedModel(nn.Module):
         """Detached results by OutputKind; per-atom ones for owned rows, or for all local rows
         (ghost rows zero unless the output is a gradient) when `local_rows`."""
         kinds = self.spec.output_kinds
-        if self.spec.gradient_outputs and "energy" in out:
+        if self.spec.gradient_outputs and "energy" in out and self._check_indices:
             model_energy = out["energy"].detach().sum()
             if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
                 raise DistributionRuleError(

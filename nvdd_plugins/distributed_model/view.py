@@ -70,13 +70,6 @@ class HaloView:
         """`Batch.batch_idx` of the view (all zeros)."""
         return torch.zeros(self.n_rows, dtype=torch.long, device=self.edge_index.device)
 
-    @property
-    def n_edges(self) -> int:
-        """Edge slots holding a pair of local atoms."""
-        return int(
-            ((self.edge_index[0] < self.n_local) & (self.edge_index[1] < self.n_local)).sum()
-        )
-
     def positions(
         self, owned_positions: torch.Tensor, cell: torch.Tensor, comm: Communicator
     ) -> torch.Tensor:

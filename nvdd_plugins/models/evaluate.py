@@ -125,8 +125,10 @@ class ModelEvaluator:
     def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
         self.model = model
         config = model.model_config.neighbor_config
-        skin_pairs_ok = config is not None and config.accepts_skin_pairs
-        self.neighbors = VerletNeighborList(model.cutoff, skin, filter_pairs=not skin_pairs_ok)
+        skin_pairs_wanted = (
+            config is not None and config.accepts_skin_pairs and not config.prune_skin_pairs
+        )
+        self.neighbors = VerletNeighborList(model.cutoff, skin, filter_pairs=not skin_pairs_wanted)
 
     def __call__(
         self, batch: Batch, properties: Iterable[str] = ("energy", "forces")

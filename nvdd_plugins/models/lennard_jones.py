@@ -34,7 +34,6 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
             raise ValueError("epsilon (eV) and sigma (Å) must be positive")
         self.epsilon, self.sigma, self.shift = float(epsilon), float(sigma), bool(shift)
         self.model_config = ModelConfig(
-            outputs=frozenset({"energy", "energies", "forces", "stress", "stresses"}),
             neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
         )
 

@@ -1,8 +1,8 @@
 """`SimpleMPNN`: a small plain-PyTorch message-passing potential, the bring-your-own example.
 
-Nothing in it knows about ranks. It follows the four halo rules of the seed: per-atom
-energies over all local atoms, rebound in-place scatters, sentinel edges filtered in
-`adapt_input`, and minimum-image displacements (so it needs no shift vectors).
+Nothing in it knows about ranks. It follows the four halo rules of the README's "Bring your
+own model": per-atom energies over all local atoms, rebound in-place scatters, sentinel edges
+filtered in `adapt_input`, and minimum-image displacements (so it needs no shift vectors).
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         self.register_buffer("centers", torch.linspace(0.0, cutoff, n_radial))
         self.width = cutoff / n_radial
         self.model_config = ModelConfig(
-            outputs=frozenset({"energy", "energies", "forces", "stress"}),
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
             neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),

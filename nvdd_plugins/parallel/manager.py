@@ -133,13 +133,6 @@ class DistributedManager:
         return "env://"
 
     @classmethod
-    def current(cls) -> DistributedManager:
-        """The initialised manager (raises if `initialize` was not called)."""
-        if cls._current is None:
-            raise RuntimeError("call DistributedManager.initialize() first")
-        return cls._current
-
-    @classmethod
     def is_initialized(cls) -> bool:
         """Whether `initialize` ran and `cleanup` did not."""
         return cls._current is not None

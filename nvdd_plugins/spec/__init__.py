@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, PythonAdapter
 from nvdd_plugins.spec.kinds import OutputKind
+from nvdd_plugins.spec.marks import refreshing_marks, scattered_onto_nodes
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
 from nvdd_plugins.spec.presets import SPEC_LJ_HALO, SPEC_MPNN_HALO
 
@@ -17,4 +18,6 @@ __all__ = [
     "OpAdapter",
     "OutputKind",
     "PythonAdapter",
+    "refreshing_marks",
+    "scattered_onto_nodes",
 ]

@@ -35,11 +35,17 @@ class DistributionSpec:
         custom_ops: one `OpAdapter` per opaque op the model calls.
         third_party_helpers: `MethodAdapter` / `PythonAdapter` / `JitAdapter` replacements
             applied while the distributed forward runs.
+        aggregations_marked: every aggregation onto atoms whose ghost rows matter passes
+            through `scattered_onto_nodes` (directly or in a helper adapter), and per-atom
+            energies do not depend on per-system sums. Eager forwards then run without op
+            interception, whose per-op Python cost dominates small systems; the claim is
+            checked once against an intercepted forward.
     """
 
     policy: StoragePolicy = field(default_factory=HaloStoragePolicy)
     custom_ops: tuple[OpAdapter, ...] = ()
     third_party_helpers: tuple[MethodAdapter | PythonAdapter | JitAdapter, ...] = ()
+    aggregations_marked: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "custom_ops", tuple(self.custom_ops))
@@ -59,6 +65,7 @@ class DistributionSpec:
             "policy": self.policy.name,
             "custom_ops": [a.to_dict() for a in self.custom_ops],
             "third_party_helpers": [a.to_dict() for a in self.third_party_helpers],
+            "aggregations_marked": self.aggregations_marked,
         }
 
     @classmethod
@@ -70,6 +77,7 @@ class DistributionSpec:
             third_party_helpers=tuple(
                 adapter_from_dict(a) for a in data.get("third_party_helpers", ())
             ),
+            aggregations_marked=bool(data.get("aggregations_marked", False)),
         )
 
 

@@ -8,7 +8,7 @@ pytest.importorskip("mace")
 
 import numpy as np
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import MACEWrapper
@@ -59,3 +59,48 @@ def test_mace_through_domain_parallel_matches_mace_calculator(system: str, world
     for energy, forces in run_simulated(world_size, rank):
         assert float((energy - ref["energy"]).abs().max()) / len(atoms) < 1e-10
         assert float((forces - ref["forces"]).abs().max()) < 1e-8
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_after_the_checked_forward_mace_runs_without_interception(world_size, monkeypatch):
+    from nvdd_plugins.distributed_model.interception import HaloInterceptionMode
+    from nvdd_plugins.models import evaluate_model
+
+    calls = {"n": 0}
+    original = HaloInterceptionMode.__torch_function__
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(HaloInterceptionMode, "__torch_function__", counting)
+    wrapper = MACEWrapper(tiny_mace())
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    rng = np.random.default_rng(0)
+    displaced = [
+        atoms.positions + rng.normal(scale=0.05, size=atoms.positions.shape) for _ in range(3)
+    ]
+    references = []
+    for positions in displaced:
+        moved = atoms.copy()
+        moved.positions = positions
+        batch = Batch.from_atoms(moved)
+        references.append(evaluate_model(wrapper, batch, ("energy", "forces"))["forces"])
+
+    def rank(comm):
+        config = DomainConfig(cutoff=wrapper.cutoff, skin=0.5, mesh=comm)
+        dd = DistributedModel(wrapper, config)
+        worst, intercepted = [], []
+        for positions in displaced:
+            moved = atoms.copy()
+            moved.positions = positions
+            before = calls["n"]
+            forces = dd.evaluate_replicated(Batch.from_atoms(moved))["forces"]
+            intercepted.append(calls["n"] > before)
+            worst.append(forces)
+        return worst, intercepted
+
+    for forces_list, intercepted in run_simulated(world_size, rank):
+        assert intercepted[0] and not any(intercepted[1:]), intercepted
+        for forces, ref in zip(forces_list, references, strict=True):
+            assert float((forces - ref).abs().max()) < 1e-10

@@ -1,6 +1,6 @@
 """Code the interception cannot see into: TorchScript helpers (JitAdapter), opaque custom ops
-(OpAdapter, or a warning naming the missing adapter), and compiled in-place aggregations
-whose result is not rebound (an error naming the rule)."""
+(OpAdapter, `scattered_onto_nodes`, or a warning naming the missing adapter), and compiled
+in-place aggregations whose result is not rebound (an error naming the rule)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import SimpleMPNN
 from nvdd_plugins.models.mpnn import _Interaction
-from nvdd_plugins.ops import HaloStoragePolicy, ScatterOutputs
+from nvdd_plugins.ops import HaloStoragePolicy, ScatterOutputs, scattered_onto_nodes
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -84,6 +84,15 @@ class _OpLayer(_Through):
     aggregate = staticmethod(torch.ops.nvdd_tests.edge_sum)
 
 
+def marked_edge_sum(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The opaque kernel, its result marked as a node aggregation by the calling code."""
+    return scattered_onto_nodes(torch.ops.nvdd_tests.edge_sum(h, index, m))
+
+
+class _MarkedOpLayer(_Through):
+    aggregate = staticmethod(marked_edge_sum)
+
+
 def _mpnn(layer: type, spec: MLIPSpec) -> SimpleMPNN:
     model = SimpleMPNN(cutoff=4.5, hidden=16, n_layers=3, seed=7).double()
     for interaction in model.layers:
@@ -92,28 +101,32 @@ def _mpnn(layer: type, spec: MLIPSpec) -> SimpleMPNN:
     return model
 
 
-def _spec(custom_ops=(), helpers=()) -> MLIPSpec:
+def _spec(custom_ops=(), helpers=(), marked: bool = False) -> MLIPSpec:
     return MLIPSpec(
         distribution=DistributionSpec(
-            policy=HaloStoragePolicy(), custom_ops=custom_ops, third_party_helpers=helpers
+            policy=HaloStoragePolicy(),
+            custom_ops=custom_ops,
+            third_party_helpers=helpers,
+            aggregations_marked=marked,
         ),
         output_kinds=SPEC_MPNN_HALO.output_kinds,
     )
 
 
-def _worst_force_error(model, world_size: int, strict: bool = False) -> float:
+def _worst_force_error(model, world_size: int, strict: bool = False, steps: int = 1) -> float:
+    """Worst force error over `steps` evaluations of the same atoms (no rebuild after the
+    first)."""
     atoms = SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
 
     def run(comm):
         config = DomainConfig(cutoff=model.cutoff, mesh=comm, strict=strict)
-        out = DistributedModel(model, config).evaluate_replicated(
-            Batch.from_atoms(atoms), ("energy", "forces")
-        )
-        return {**out, "n_owned": torch.tensor(0)}
+        distributed = DistributedModel(model, config)
+        batch = Batch.from_atoms(atoms)
+        return [distributed.evaluate_replicated(batch, ("energy", "forces")) for _ in range(steps)]
 
     results = run_simulated(world_size, run, timeout=60)
-    return max(errors(r, ref, len(atoms))["forces"] for r in results)
+    return max(errors(r, ref, len(atoms))["forces"] for rank in results for r in rank)
 
 
 JIT_ADAPTER = JitAdapter(
@@ -137,6 +150,30 @@ def test_opaque_op_with_its_adapter_is_exact() -> None:
         op=torch.ops.nvdd_tests.edge_sum.default, output_transforms={0: ScatterOutputs()}
     )
     assert _worst_force_error(_mpnn(_OpLayer, _spec(custom_ops=(adapter,))), 3) < 1e-10
+
+
+def test_opaque_op_marked_by_its_caller_is_exact() -> None:
+    per_row = OpAdapter(op=torch.ops.nvdd_tests.edge_sum.default)  # the mark does the scatter
+    model = _mpnn(_MarkedOpLayer, _spec(custom_ops=(per_row,)))
+    assert _worst_force_error(model, 3) < 1e-10
+    assert _worst_force_error(_mpnn(_OpLayer, _spec(custom_ops=(per_row,))), 3) > 1e-4
+
+
+def test_a_marked_model_claiming_so_is_exact_without_interception() -> None:
+    per_row = OpAdapter(op=torch.ops.nvdd_tests.edge_sum.default)
+    model = _mpnn(_MarkedOpLayer, _spec(custom_ops=(per_row,), marked=True))
+    assert _worst_force_error(model, 3, steps=3) < 1e-10
+
+
+def test_a_false_aggregations_marked_claim_is_refused() -> None:
+    model = _mpnn(_Through, _spec(marked=True))  # its index_add is not marked
+    with pytest.raises(RuntimeError, match="aggregations_marked"):
+        _worst_force_error(model, 2)
+
+
+def test_scattered_onto_nodes_is_the_identity_outside_a_distributed_forward() -> None:
+    tensor = torch.arange(6.0).reshape(3, 2)
+    assert scattered_onto_nodes(tensor) is tensor
 
 
 def test_opaque_op_without_adapter_is_reported(caplog) -> None:

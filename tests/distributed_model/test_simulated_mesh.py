@@ -1,4 +1,4 @@
-"""DistributedModel on the simulated mesh equals the single-process run (DESIGN §4)."""
+"""DistributedModel on the simulated mesh equals the single-process run."""
 
 from __future__ import annotations
 

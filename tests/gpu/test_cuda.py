@@ -73,3 +73,15 @@ def test_two_ranks_sharing_the_gpu_through_host_staging(model_name: str) -> None
     for rank, report in enumerate(reports):
         for system, errs in report.items():
             assert_close(errs, f"rank {rank}: {model_name}/{system}")
+
+
+def test_simulated_ranks_refuse_cuda_tensors() -> None:
+    from nvdd_plugins.comm import run_simulated
+
+    def rank(comm):
+        peer = 1 - comm.rank
+        template = torch.empty(0, 3, device="cuda")
+        comm.exchange({peer: torch.ones(2, 3, device="cuda")}, {peer: 2}, template=template)
+
+    with pytest.raises(RuntimeError, match="cannot exchange CUDA tensors"):
+        run_simulated(2, rank, timeout=30)

@@ -1,4 +1,4 @@
-"""The single-process oracle and the tolerances of DESIGN §4."""
+"""The single-process oracle and the float64 tolerances of docs/torture.md."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def errors(
 
 
 def assert_close(errs: dict[str, float], label: str = "") -> None:
-    """Assert DESIGN §4 tolerances."""
+    """Assert the float64 tolerances (docs/torture.md)."""
     assert errs["energy"] < ENERGY_PER_ATOM_TOL, (label, errs)
     assert errs["energies"] < ENERGY_PER_ATOM_TOL, (label, errs)
     assert errs["forces"] < FORCES_TOL, (label, errs)

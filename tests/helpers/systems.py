@@ -42,7 +42,6 @@ class ShiftPairModel(nn.Module, BaseModelMixin):
     def __init__(self, cutoff: float = 5.0) -> None:
         super().__init__()
         self.model_config = ModelConfig(
-            outputs=frozenset({"energy", "energies", "forces", "stress"}),
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
             neighbor_config=NeighborConfig(cutoff=cutoff),

@@ -45,3 +45,15 @@ def test_unknown_species_raise() -> None:
     atoms.numbers[0] = 6
     with pytest.raises(ValueError, match=r"no parameters for C \(6\)"):
         evaluate_model(MACEWrapper(tiny_mace()), Batch.from_atoms(atoms))
+
+
+def test_spec_marks_mace_scatters_and_survives_a_json_round_trip(tmp_path) -> None:
+    from nvdd_plugins.spec import MLIPSpec
+
+    spec = MACEWrapper(tiny_mace()).distribution_spec()
+    assert spec.distribution.aggregations_marked
+    targets = [adapter.target for adapter in spec.distribution.third_party_helpers]
+    assert targets == ["mace.modules.blocks:scatter_sum", "mace.modules.wrapper_ops:scatter_sum"]
+    spec.save(tmp_path / "mace.json")
+    loaded = MLIPSpec.load(tmp_path / "mace.json")
+    assert loaded.to_dict() == spec.to_dict()

@@ -1,4 +1,4 @@
-"""DistributedModel across real gloo ranks equals the single-process run (DESIGN §4)."""
+"""DistributedModel across real gloo ranks equals the single-process run."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ a tiny MACE.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import warnings
 from dataclasses import dataclass
@@ -208,7 +209,6 @@ class TortureMPNN(nn.Module, BaseModelMixin):
         self.width = spec.cutoff / n_radial
         self.uses_custom_op = CUSTOM_OP in spec.ops
         self.model_config = ModelConfig(
-            outputs=frozenset({"energy", "energies", "forces", "stress"}),
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
             neighbor_config=NeighborConfig(spec.cutoff, accepts_skin_pairs=spec.skin_safe),
@@ -260,6 +260,11 @@ class ModelSpec:
         return all(op_is_skin_safe(op) for op in self.ops)
 
     @property
+    def cuequivariance(self) -> bool:
+        """MACE cases with an odd seed run the cuEquivariance conversion (when installed)."""
+        return self.kind == "mace" and self.seed % 2 == 1 and cueq_available()
+
+    @property
     def needs_wide_cells(self) -> bool:
         """Minimum-image models need periodic widths above twice the cutoff."""
         return self.kind == "simple" or (self.kind == "mpnn" and self.minimum_image)
@@ -272,6 +277,8 @@ class ModelSpec:
                 for op, t in zip(self.ops, self.targets, strict=True)
             )
             return f"mpnn[{layers}]{'/mic' if self.minimum_image else ''} rc={self.cutoff}"
+        if self.kind == "mace":
+            return f"mace{'/cueq' if self.cuequivariance else ''} rc={self.cutoff}"
         layers = f" layers={len(self.ops)}" if self.kind == "simple" else ""
         return f"{self.kind}{layers} rc={self.cutoff}"
 
@@ -290,8 +297,13 @@ class ModelSpec:
             from nvdd_plugins.models import MACEWrapper
             from tests.helpers.mace_models import tiny_mace
 
-            return MACEWrapper(tiny_mace(self.seed))
+            return MACEWrapper(tiny_mace(self.seed), cuequivariance=self.cuequivariance)
         raise ValueError(f"unknown zoo model kind {self.kind!r}")
+
+
+def cueq_available() -> bool:
+    """Whether cuequivariance-torch imports."""
+    return importlib.util.find_spec("cuequivariance_torch") is not None
 
 
 def mace_available() -> bool:

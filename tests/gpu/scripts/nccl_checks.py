@@ -1,13 +1,15 @@
 """Run under `torchrun --nproc_per_node=2` on two GPUs (NCCL): each check prints one line.
 
 forces  -- float64 forces and energies through DomainParallel and the replicated
-           evaluation equal the single-process run on one GPU; each rank's atoms are on
+           evaluation equal the single-process run on one GPU (LJ, the MPNN, MACE, and MACE
+           with cuEquivariance's fused kernels when installed); each rank's atoms are on
            its own GPU
 raise   -- rank 1 raises while rank 0 waits in a collective (the job must end promptly)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 
@@ -20,25 +22,37 @@ from tests.helpers.oracle import errors, properties_for, requested
 from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
 
 
-def _models() -> dict:
-    models = {"lj": lj_model, "mpnn": mpnn_model}
+def _models(device: torch.device) -> dict:
+    """name -> (model factory on `device`, atoms transform)."""
+    out = {
+        "lj": (lambda: lj_model().to(device), _same),
+        "mpnn": (lambda: mpnn_model().to(device), _same),
+    }
     try:
         from nvdd_plugins.models import MACEWrapper
         from tests.helpers.mace_models import tiny_mace, with_two_species
     except ImportError:
-        return {name: (factory, lambda a: a) for name, factory in models.items()}
-    out = {name: (factory, lambda a: a) for name, factory in models.items()}
-    out["mace"] = (lambda: MACEWrapper(tiny_mace()), with_two_species)
+        return out
+    out["mace"] = (lambda: MACEWrapper(tiny_mace()).to(device), with_two_species)
+    if importlib.util.find_spec("cuequivariance_ops_torch") is not None:  # fused GPU kernels
+        out["mace-cueq"] = (
+            lambda: MACEWrapper(tiny_mace().to(device), cuequivariance=True),
+            with_two_species,
+        )
     return out
+
+
+def _same(atoms):
+    return atoms
 
 
 def check_forces(manager: DistributedManager) -> None:
     device = manager.device
     worst = 0.0
-    for name, (factory, species) in _models().items():
+    for name, (factory, species) in _models(device).items():
         for system in ("bulk", "slab", "cluster"):
             atoms = species(SYSTEMS[system]())
-            model = factory().to(device)
+            model = factory()
             properties = properties_for(atoms)
             batch = Batch.from_atoms(atoms, device=device)
             ref = requested(evaluate_model(model, batch, properties), properties)

@@ -1,0 +1,72 @@
+"""How many halo exchanges one step makes: positions plus one per message-passing layer in
+the forward, the same again in the backward; none at one rank, where periodic images are
+shifts, not ghost rows. A counting communicator sees every exchange."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins.comm import Communicator, run_simulated
+from nvdd_plugins.comm.simulated import SimulatedCommunicator
+from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.models import SimpleMPNN
+from tests.helpers.systems import SYSTEMS
+
+
+class CountingCommunicator(SimulatedCommunicator):
+    """A simulated rank that counts its `exchange` calls."""
+
+    def __init__(self, comm: SimulatedCommunicator) -> None:
+        super().__init__(comm.mesh, comm.rank)
+        self.exchanges = 0
+
+    def exchange(self, *args, **kwargs):
+        self.exchanges += 1
+        return super().exchange(*args, **kwargs)
+
+
+def _steady_counts(model, atoms, world_size: int, steps: int = 3) -> list[list[int]]:
+    """Exchanges of each step after the first (which builds the decomposition)."""
+
+    def rank(comm: Communicator) -> list[int]:
+        counting = CountingCommunicator(comm)
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=counting)
+        dd = DomainParallel(NVE(model, 1.0), config)
+        full = None
+        if counting.rank == 0:
+            full = Batch.from_atoms(atoms)
+            full.add_node_property("velocities", torch.zeros_like(full.positions))
+        owned = dd.partition(full)
+        dd.model(owned, ("energy", "forces"))
+        counts = []
+        for _ in range(steps):
+            counting.exchanges = 0
+            dd.model(owned, ("energy", "forces"))
+            counts.append(counting.exchanges)
+        return counts
+
+    return run_simulated(world_size, rank)
+
+
+@pytest.mark.parametrize("n_layers", [1, 3])
+def test_mpnn_exchanges_per_step(n_layers: int) -> None:
+    model = SimpleMPNN(cutoff=4.5, hidden=8, n_layers=n_layers).double()
+    atoms = SYSTEMS["bulk"]()
+    for counts in _steady_counts(model, atoms, 2):
+        assert counts == [2 * (n_layers + 1)] * 3
+    assert _steady_counts(model, atoms, 1) == [[0, 0, 0]]
+
+
+@pytest.mark.mace
+@pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace-torch")
+def test_mace_exchanges_per_step_without_interception() -> None:
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace, with_two_species
+
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    for counts in _steady_counts(MACEWrapper(tiny_mace()), atoms, 2):
+        assert counts == [2 * (2 + 1)] * 3  # two interaction layers, marked scatters

@@ -1,0 +1,77 @@
+"""MACE converted to cuEquivariance (its pure-PyTorch path on the CPU) through DistributedModel
+equals e3nn mace-torch's MACECalculator, at 1, 2 and 4 simulated ranks; the fused GPU kernel's
+scatter is marked by the spec's adapter."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mace")
+pytest.importorskip("cuequivariance_torch")
+
+import torch
+
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.models import MACEWrapper
+from nvdd_plugins.models import cueq as cueq_module
+from nvdd_plugins.spec import MethodAdapter, scattered_onto_nodes
+from tests.helpers.mace_models import mace_calculator_reference, tiny_mace, with_two_species
+from tests.helpers.oracle import assert_close, errors, properties_for, replicated
+from tests.helpers.systems import SYSTEMS
+
+pytestmark = pytest.mark.mace
+
+
+@pytest.fixture(scope="module")
+def cueq_wrapper() -> MACEWrapper:
+    return MACEWrapper(tiny_mace(), cuequivariance=True)
+
+
+def test_conversion_keeps_weights_dtype_and_the_default_dtype(cueq_wrapper) -> None:
+    assert torch.get_default_dtype() == torch.float32
+    assert cueq_wrapper.cuequivariance
+    assert next(cueq_wrapper.parameters()).dtype == torch.float64
+    assert any(
+        type(m).__module__.startswith("cuequivariance_torch") for m in cueq_wrapper.modules()
+    )
+    distribution = cueq_wrapper.distribution_spec().distribution
+    assert distribution.aggregations_marked
+    assert [type(h) for h in distribution.third_party_helpers][-1] is MethodAdapter
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
+def test_cueq_mace_matches_e3nn_mace_calculator(cueq_wrapper, system: str, world_size: int) -> None:
+    atoms = with_two_species(SYSTEMS[system]())
+    ref = mace_calculator_reference(tiny_mace(), atoms)
+    properties = properties_for(atoms)
+    grid = (1, 1, world_size) if system == "slab" else None
+    results = run_simulated(
+        world_size, lambda comm: replicated(comm, cueq_wrapper, atoms, properties, grid=grid)
+    )
+    for rank, result in enumerate(results):
+        assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}")
+
+
+def test_uniform_1d_forward_marks_exactly_the_indexed_outputs(monkeypatch) -> None:
+    outputs = [torch.ones(4, 2), torch.ones(4, 3)]
+    monkeypatch.setattr(cueq_module, "_UNIFORM_1D_FORWARD", lambda *args: outputs)
+    marked = []
+
+    class Recorder(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is scattered_onto_nodes:
+                marked.append(args[0])
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        result = cueq_module.uniform_1d_forward(None, [], {}, {1: outputs[1]}, {1: torch.zeros(2)})
+    assert result == outputs
+    assert len(marked) == 1 and marked[0] is outputs[1]
+
+
+def test_compile_refuses_a_cueq_model_with_a_clear_error(cueq_wrapper) -> None:
+    from nvdd_plugins import DistributedModel, DomainConfig
+
+    with pytest.raises(ValueError, match="compile=True does not support cuEquivariance"):
+        DistributedModel(cueq_wrapper, DomainConfig(cutoff=cueq_wrapper.cutoff, compile=True))
