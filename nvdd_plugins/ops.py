@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from nvdd_plugins.spec.marks import scattered_onto_nodes
-from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy
-from nvdd_plugins.spec.transforms import AllReduceSum, GatherInputs, ScatterOutputs, SliceOwned
+from nvdd_plugins.spec import (
+    AllReduceSum,
+    GatherInputs,
+    GraphParallelPolicy,
+    HaloStoragePolicy,
+    ScatterOutputs,
+    SliceOwned,
+    scattered_onto_nodes,
+)
 
 __all__ = [
     "AllReduceSum",

@@ -2,7 +2,8 @@
 
 Packages are layered bottom-up; a module may import its own package and the packages of
 lower layers, never a higher layer or a sibling of its own layer, and never a private name
-(`_x`) of another package. The facades (`nvdd_plugins/__init__.py`, `nvdd_plugins/ops.py`)
+(`_x`) of another package. Another package is imported through its `__init__`, which is its
+contract (`from nvdd_plugins.comm import X`, not `from nvdd_plugins.comm.mpi import X`). The facades (`nvdd_plugins/__init__.py`, `nvdd_plugins/ops.py`)
 re-export and sit where their imports put them.
 """
 
@@ -78,6 +79,8 @@ def _violations() -> list[str]:
                     problems.append(f"{where}: upward ({source} -> {other})")
                 elif LEVEL[other] == LEVEL[source]:
                     problems.append(f"{where}: sibling layer ({source} -> {other})")
+                if target.count(".") > (1 if target.startswith("nvdd_plugins") else 0):
+                    problems.append(f"{where}: past the package surface of {other}")
                 private = [n for n in names if n.startswith("_") and n != "__future__"]
                 private_module = any(p.startswith("_") for p in target.split(".")[2:])
                 if private or private_module:
@@ -101,6 +104,7 @@ def test_imports_follow_the_layers() -> None:
     [
         ("nvdd_plugins.spec.presets", "nvdd_plugins.models", "upward"),
         ("nvdd_plugins.ase.calculator", "lammps_interface.halo", "sibling layer"),
+        ("nvdd_plugins.parallel.manager", "nvdd_plugins.comm.mpi", "package surface"),
     ],
 )
 def test_the_checker_sees_a_violation(monkeypatch, source, target, expected) -> None:

@@ -18,10 +18,13 @@ from ase import Atoms
 from ase.calculators.calculator import Calculator, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from nvdd_plugins.comm import Communicator, SimulatedMesh
-from nvdd_plugins.comm.launch import end_job_on_exception
-from nvdd_plugins.comm.mpi import MPICommunicator
-from nvdd_plugins.comm.resolve import resolve_communicator
+from nvdd_plugins.comm import (
+    Communicator,
+    MPICommunicator,
+    SimulatedMesh,
+    end_job_on_exception,
+    resolve_communicator,
+)
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError

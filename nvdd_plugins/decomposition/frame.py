@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.geometry.cell import complete_cell, rows_times_3x3
+from nvdd_plugins.geometry import (
+    complete_cell,
+    is_singular,
+    perpendicular_widths,
+    rows_times_3x3,
+    zero_vectors,
+)
 
 __all__ = ["DecompositionFrame"]
 
@@ -31,11 +37,10 @@ class DecompositionFrame:
         """Frame for a system: the cell, with degenerate open axes spanning the atoms."""
         cell = cell.reshape(3, 3)
         pbc = pbc.reshape(3).bool()
-        lengths = cell.norm(dim=1)
-        degenerate = lengths <= 1e-8
+        degenerate = zero_vectors(cell).to(pbc.device)
         if bool((degenerate & pbc).any()):
             raise ValueError("a periodic axis has a zero cell vector")
-        if not bool(degenerate.any()) and abs(float(torch.linalg.det(cell))) > 1e-8:
+        if not bool(degenerate.any()) and not is_singular(cell):
             return cls(torch.zeros_like(cell[0]), cell.clone(), pbc)
         box, origin = cell.clone(), torch.zeros_like(cell[0])
         # Unit vectors orthogonal to the other cell vectors (also when those are skewed).
@@ -47,14 +52,14 @@ class DecompositionFrame:
             span = max(hi - lo, 1.0)
             box[axis] = direction * span * 1.02
             origin = origin + direction * (lo - 0.01 * span)
-        if abs(float(torch.linalg.det(box))) <= 1e-8:
+        if is_singular(box):
             raise ValueError("cannot build a decomposition frame: the cell is singular")
         return cls(origin, box, pbc)
 
     def with_cell(self, cell: torch.Tensor) -> DecompositionFrame:
         """The frame after a cell change: non-degenerate cell vectors replace the box's."""
         cell = cell.reshape(3, 3).to(self.box)
-        keep = (cell.norm(dim=1) <= 1e-8).unsqueeze(1)
+        keep = zero_vectors(cell).to(cell.device).unsqueeze(1)
         return DecompositionFrame(self.origin, torch.where(keep, self.box, cell), self.pbc)
 
     @property
@@ -65,15 +70,7 @@ class DecompositionFrame:
     @property
     def widths(self) -> torch.Tensor:
         """Perpendicular widths of the box along its three axes, Å."""
-        volume = torch.linalg.det(self.box).abs()
-        cross = torch.stack(
-            [
-                torch.linalg.cross(self.box[1], self.box[2]),
-                torch.linalg.cross(self.box[2], self.box[0]),
-                torch.linalg.cross(self.box[0], self.box[1]),
-            ]
-        )
-        return volume / cross.norm(dim=1)
+        return perpendicular_widths(self.box)
 
     def fractional(self, positions: torch.Tensor) -> torch.Tensor:
         """Fractional coordinates of Cartesian positions in this frame."""

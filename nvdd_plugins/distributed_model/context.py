@@ -6,9 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-import nvdd_plugins.comm.registered_ops  # noqa: F401  (registers torch.ops.nvdd.halo_*)
-from nvdd_plugins.comm import halo_forward_
-from nvdd_plugins.comm.registered_ops import slot_binding
+from nvdd_plugins.comm import halo_forward_, slot_binding
 
 __all__ = ["HaloContext"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, PythonAdapter
+from nvdd_plugins.spec import JitAdapter, MethodAdapter, PythonAdapter
 
 __all__ = ["replaced_helpers"]
 

@@ -9,9 +9,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from nvdd_plugins.comm import Communicator, all_reduce_sum, halo_reverse
-from nvdd_plugins.comm.registered_ops import bind_slot, new_slot, release_slot
-from nvdd_plugins.comm.resolve import resolve_communicator
+from nvdd_plugins.comm import (
+    Communicator,
+    all_reduce_sum,
+    bind_slot,
+    halo_reverse,
+    new_slot,
+    release_slot,
+    resolve_communicator,
+)
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.context import HaloContext
@@ -25,11 +31,9 @@ from nvdd_plugins.distributed_model.interception import (
 )
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.geometry.cell import images_unambiguous
-from nvdd_plugins.models.base import BaseModelMixin
-from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
-from nvdd_plugins.spec import MLIPSpec, OutputKind, refreshing_marks
-from nvdd_plugins.spec.policies import HaloStoragePolicy
+from nvdd_plugins.geometry import images_unambiguous
+from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
+from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind, refreshing_marks
 
 __all__ = ["DistributedModel"]
 

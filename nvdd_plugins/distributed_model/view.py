@@ -10,8 +10,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_, halo_forward
 from nvdd_plugins.decomposition import SpatialPartitioner
-from nvdd_plugins.geometry.cell import rows_times_3x3
-from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
+from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
 __all__ = ["HaloView", "assemble_view", "build_halo_view"]
 

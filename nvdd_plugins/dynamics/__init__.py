@@ -5,7 +5,7 @@ from __future__ import annotations
 from nvdd_plugins.dynamics.base import BaseDynamics
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
-from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext, HookScope
+from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext, HookScope, due_hooks
 
 __all__ = [
     "NVE",
@@ -18,4 +18,5 @@ __all__ = [
     "NeighborListHook",
     "ThermoLogger",
     "TrajectoryWriter",
+    "due_hooks",
 ]

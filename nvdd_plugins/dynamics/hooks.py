@@ -11,7 +11,7 @@ import ase.units
 from ase.calculators.singlepoint import SinglePointCalculator
 
 from nvdd_plugins.dynamics.stages import DynamicsStage, HookContext, HookScope
-from nvdd_plugins.geometry.batch_neighbors import VerletNeighborList
+from nvdd_plugins.geometry import VerletNeighborList
 
 __all__ = ["NeighborListHook", "ThermoLogger", "TrajectoryWriter", "temperature"]
 

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.geometry.batch_neighbors import (
+    VerletNeighborList,
+    attach_neighbor_list,
+    edge_shifts,
+)
+from nvdd_plugins.geometry.cell import images_unambiguous, is_singular, zero_vectors
+
 from .cell import (
     complete_cell,
     minimum_image,
@@ -18,8 +25,13 @@ from .rebuild import RebuildDetector
 __all__ = [
     "NeighborList",
     "RebuildDetector",
+    "VerletNeighborList",
+    "attach_neighbor_list",
     "build_neighbor_list",
     "complete_cell",
+    "edge_shifts",
+    "images_unambiguous",
+    "is_singular",
     "minimum_image",
     "perpendicular_widths",
     "rows_times_3x3",
@@ -27,4 +39,5 @@ __all__ = [
     "to_fractional",
     "volume",
     "wrap_positions",
+    "zero_vectors",
 ]

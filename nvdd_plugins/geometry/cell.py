@@ -16,6 +16,7 @@ import torch
 __all__ = [
     "complete_cell",
     "images_unambiguous",
+    "is_singular",
     "minimum_image",
     "perpendicular_widths",
     "rows_times_3x3",
@@ -23,6 +24,7 @@ __all__ = [
     "to_fractional",
     "volume",
     "wrap_positions",
+    "zero_vectors",
 ]
 
 PbcLike = bool | Sequence[bool] | torch.Tensor
@@ -66,7 +68,14 @@ def _check_vectors(name: str, vectors: torch.Tensor) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got {vectors.dtype}")
 
 
-def _is_singular(cell: torch.Tensor) -> bool:
+def zero_vectors(cell: torch.Tensor) -> torch.Tensor:
+    """(3,) bool on `cell`'s device: which lattice vectors are zero (negligible against the
+    longest one), as ASE gives them along open axes."""
+    norms = torch.linalg.vector_norm(cell.detach(), dim=1)
+    return ~(norms > 1e-12 * norms.max().clamp_min(1e-300))
+
+
+def is_singular(cell: torch.Tensor) -> bool:
     """True when ``|det(cell)|`` is negligible against the product of the row lengths."""
     host = cell.detach().to("cpu", torch.float64)
     det = abs(float(torch.linalg.det(host)))
@@ -75,7 +84,7 @@ def _is_singular(cell: torch.Tensor) -> bool:
 
 
 def _inverse(cell: torch.Tensor) -> torch.Tensor:
-    if _is_singular(cell):
+    if is_singular(cell):
         raise ValueError("cell is singular (zero volume); fractional coordinates are undefined")
     return torch.linalg.inv(cell)
 
@@ -124,8 +133,7 @@ def complete_cell(cell: torch.Tensor, pbc: PbcLike) -> torch.Tensor:
     periodic = _as_pbc(pbc)
     host = cell.detach().to("cpu", torch.float64).clone()
     norms = torch.linalg.vector_norm(host, dim=1)
-    scale = float(norms.max())
-    missing = [k for k in range(3) if not float(norms[k]) > 1e-12 * max(scale, 1e-300)]
+    missing = torch.nonzero(zero_vectors(host)).flatten().tolist()
     for k in missing:
         if periodic[k]:
             raise ValueError(f"periodic axis {k} has a zero lattice vector")
@@ -147,7 +155,7 @@ def complete_cell(cell: torch.Tensor, pbc: PbcLike) -> torch.Tensor:
             if not c_norm > 0.0:
                 raise ValueError("cell is singular: the periodic lattice vectors are parallel")
             host[missing[0]] = c / c_norm
-    if _is_singular(host):
+    if is_singular(host):
         where = " but has a periodic axis" if any(periodic) else ""
         raise ValueError(f"cell is singular (zero volume){where}")
     if not missing:

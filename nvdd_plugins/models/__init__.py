@@ -9,7 +9,13 @@ from nvdd_plugins.models.base import (
     NeighborConfig,
     NeighborListFormat,
 )
-from nvdd_plugins.models.evaluate import ModelEvaluator, evaluate_model
+from nvdd_plugins.models.evaluate import (
+    ModelEvaluator,
+    apply_strain,
+    energy_derivatives,
+    evaluate_model,
+    new_strain,
+)
 from nvdd_plugins.models.lennard_jones import LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
@@ -24,6 +30,9 @@ __all__ = [
     "NeighborConfig",
     "NeighborListFormat",
     "SimpleMPNN",
+    "apply_strain",
+    "energy_derivatives",
     "evaluate_model",
+    "new_strain",
     "random_mace",
 ]

@@ -11,12 +11,12 @@ from collections.abc import Iterable
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.geometry.batch_neighbors import (
+from nvdd_plugins.geometry import (
     VerletNeighborList,
     attach_neighbor_list,
     edge_shifts,
+    rows_times_3x3,
 )
-from nvdd_plugins.geometry.cell import rows_times_3x3
 from nvdd_plugins.models.base import BaseModelMixin
 
 __all__ = [

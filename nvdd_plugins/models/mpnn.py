@@ -14,7 +14,7 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.geometry.cell import complete_cell, minimum_image, perpendicular_widths
+from nvdd_plugins.geometry import complete_cell, minimum_image, perpendicular_widths
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
 

@@ -24,11 +24,10 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator
-from nvdd_plugins.comm.launch import local_device
+from nvdd_plugins.comm import Communicator, local_device
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame
-from nvdd_plugins.distributed_model.domain import HaloDomain
+from nvdd_plugins.distributed_model import HaloDomain
 from nvdd_plugins.dynamics import BaseDynamics
 
 __all__ = [

@@ -9,13 +9,18 @@ from types import TracebackType
 
 import torch
 
-from nvdd_plugins.comm import Communicator
-from nvdd_plugins.comm.launch import local_device
+from nvdd_plugins.comm import Communicator, local_device
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
-from nvdd_plugins.dynamics import BaseDynamics, DynamicsStage, Hook, HookContext, HookScope
-from nvdd_plugins.dynamics.stages import due_hooks
+from nvdd_plugins.dynamics import (
+    BaseDynamics,
+    DynamicsStage,
+    Hook,
+    HookContext,
+    HookScope,
+    due_hooks,
+)
 from nvdd_plugins.parallel.checkpoint import (
     CheckpointPath,
     restore_domain_checkpoint,

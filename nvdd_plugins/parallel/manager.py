@@ -12,15 +12,16 @@ import sys
 import torch
 import torch.distributed as dist
 
-from nvdd_plugins.comm import Communicator, SimulatedMesh
-from nvdd_plugins.comm.launch import (
+from nvdd_plugins.comm import (
+    Communicator,
     LaunchInfo,
+    SimulatedMesh,
+    TorchDistCommunicator,
     detect_launch,
     end_job_on_exception,
+    set_default_communicator,
     slurm_first_host,
 )
-from nvdd_plugins.comm.resolve import set_default_communicator
-from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = ["DistributedManager"]
 

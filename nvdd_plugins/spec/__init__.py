@@ -6,18 +6,33 @@ from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, Pyt
 from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import refreshing_marks, scattered_onto_nodes
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
+from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy
 from nvdd_plugins.spec.presets import SPEC_LJ_HALO, SPEC_MPNN_HALO
+from nvdd_plugins.spec.transforms import (
+    AllReduceSum,
+    GatherInputs,
+    ScatterOutputs,
+    SliceOwned,
+    Transform,
+)
 
 __all__ = [
     "SPEC_LJ_HALO",
     "SPEC_MPNN_HALO",
+    "AllReduceSum",
     "DistributionSpec",
+    "GatherInputs",
+    "GraphParallelPolicy",
+    "HaloStoragePolicy",
     "JitAdapter",
     "MLIPSpec",
     "MethodAdapter",
     "OpAdapter",
     "OutputKind",
     "PythonAdapter",
+    "ScatterOutputs",
+    "SliceOwned",
+    "Transform",
     "refreshing_marks",
     "scattered_onto_nodes",
 ]
