@@ -3,8 +3,9 @@
 Packages are layered bottom-up; a module may import its own package and the packages of
 lower layers, never a higher layer or a sibling of its own layer, and never a private name
 (`_x`) of another package. Another package is imported through its `__init__`, which is its
-contract (`from nvdd_plugins.comm import X`, not `from nvdd_plugins.comm.mpi import X`). The facades (`nvdd_plugins/__init__.py`, `nvdd_plugins/ops.py`)
-re-export and sit where their imports put them.
+contract (`from nvdd_plugins.comm import X`, not `from nvdd_plugins.comm.mpi import X`).
+The facades (`nvdd_plugins/__init__.py`, `nvdd_plugins/ops.py`) re-export and sit where their
+imports put them.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from ase.stress import full_3x3_to_voigt_6_stress
 
 from nvdd_plugins.comm import (
     Communicator,
+    LocalCommunicator,
     MPICommunicator,
-    SimulatedMesh,
     end_job_on_exception,
     resolve_communicator,
 )
@@ -42,7 +42,7 @@ def _world_communicator(comm: Any) -> Communicator:
         try:
             from mpi4py import MPI  # optional: without mpi4py the calculator runs on one rank
         except ImportError:
-            comm = SimulatedMesh(1).communicator(0)
+            comm = LocalCommunicator()
         else:
             comm = MPI.COMM_WORLD
     resolved = resolve_communicator(comm)

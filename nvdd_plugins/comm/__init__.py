@@ -11,6 +11,7 @@ from nvdd_plugins.comm.launch import (
     local_device,
     slurm_first_host,
 )
+from nvdd_plugins.comm.local import LocalCommunicator
 from nvdd_plugins.comm.mpi import MPICommunicator
 from nvdd_plugins.comm.primitives import (
     all_reduce_sum,
@@ -28,6 +29,7 @@ __all__ = [
     "Communicator",
     "HaloPlan",
     "LaunchInfo",
+    "LocalCommunicator",
     "MPICommunicator",
     "SimulatedCommunicator",
     "SimulatedMesh",

@@ -9,8 +9,8 @@ import torch.distributed as dist
 
 from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.launch import detect_launch
+from nvdd_plugins.comm.local import LocalCommunicator
 from nvdd_plugins.comm.mpi import MPICommunicator
-from nvdd_plugins.comm.simulated import SimulatedMesh
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = ["resolve_communicator", "set_default_communicator"]
@@ -56,7 +56,7 @@ def _resolved(mesh: Any) -> Communicator:
             return _DEFAULT
         if dist.is_available() and dist.is_initialized():
             return TorchDistCommunicator()
-        return SimulatedMesh(1).communicator(0)
+        return LocalCommunicator()
     if type(mesh).__module__.startswith("mpi4py"):
         return MPICommunicator(mesh)
     if hasattr(mesh, "get_group"):

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from nvdd_plugins.comm import (
     Communicator,
     LaunchInfo,
-    SimulatedMesh,
+    LocalCommunicator,
     TorchDistCommunicator,
     detect_launch,
     end_job_on_exception,
@@ -88,7 +88,7 @@ class DistributedManager:
         if use_cuda:
             torch.cuda.set_device(torch_device)
         if info.world_size == 1 and info.launcher == "none":
-            cls._current = cls(info, torch_device, SimulatedMesh(1).communicator(0))
+            cls._current = cls(info, torch_device, LocalCommunicator())
             set_default_communicator(cls._current.mesh)
             return cls._current
         backend = backend or ("nccl" if use_cuda else "gloo")

@@ -9,14 +9,14 @@ import pytest
 from ase.calculators.lj import LennardJones
 
 from nvdd_plugins.ase import DomainDecomposedCalculator
-from nvdd_plugins.comm import SimulatedCommunicator
+from nvdd_plugins.comm import LocalCommunicator
 from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model
 
 
 def test_runs_without_mpi4py(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # `from mpi4py import MPI` now fails
     calc = DomainDecomposedCalculator(lj_model())
-    assert isinstance(calc.comm, SimulatedCommunicator) and calc.comm.size == 1
+    assert isinstance(calc.comm, LocalCommunicator) and calc.comm.size == 1
     atoms, reference = SYSTEMS["bulk"](), SYSTEMS["bulk"]()
     atoms.calc = calc
     reference.calc = LennardJones(epsilon=LJ_EPSILON, sigma=LJ_SIGMA, rc=LJ_CUTOFF)
