@@ -2,38 +2,24 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
-from nvdd_plugins.comm import (
-    Communicator,
-    all_reduce_sum,
-    bind_slot,
-    halo_reverse,
-    new_slot,
-    release_slot,
-    resolve_communicator,
-)
+from nvdd_plugins.comm import Communicator, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD, HaloDomain
 from nvdd_plugins.distributed_model.health import NonFiniteError, invalid_atoms, non_finite_report
-from nvdd_plugins.distributed_model.helpers import replaced_helpers
-from nvdd_plugins.distributed_model.interception import (
-    REBIND_RULE,
-    SENTINEL_RULE,
-    HaloInterceptionMode,
-)
+from nvdd_plugins.distributed_model.results import check_energies, consolidate
+from nvdd_plugins.distributed_model.runner import SpecRunner
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
-from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind, refreshing_marks
+from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind
 
 __all__ = ["DistributedModel"]
 
@@ -62,13 +48,8 @@ class DistributedModel(nn.Module):
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
         self.spec = self._validated_spec(model, config)
         self.domain = HaloDomain(self.comm, config)
-        self._check_indices = True
-        # eager forwards skip op interception once a spec's aggregations_marked claim held
-        self._marks_verified = False
+        self.runner = SpecRunner(self.model, self.spec, config, self.comm)
         self._replicated_ids: torch.Tensor | None = None
-        self._slot = new_slot()
-        weakref.finalize(self, release_slot, self._slot)
-        self._compiled: Any = None
         neighbors = model.model_config.neighbor_config
         self._accepts_skin_pairs = bool(
             neighbors
@@ -198,7 +179,7 @@ class DistributedModel(nn.Module):
 
     def _rebuild(self, owned: Batch) -> None:
         self.domain.build(owned)
-        self._check_indices = True
+        self.runner.rebuilt()
         unambiguous = images_unambiguous(owned.cell[0], owned.pbc[0], self.config.halo_width)
         self._skin_pairs = self._accepts_skin_pairs and unambiguous
         if self.config.compile and not unambiguous:
@@ -275,16 +256,15 @@ class DistributedModel(nn.Module):
             if strain is not None:
                 rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
             batch = self._view_batch(view, rows, run_cell, pbc)
-            out = self._run_model(view, batch)
+            out = self.runner.run(view, batch)
             energies = out.get("energies")
-            self._check_energies(energies, view.n_rows)
+            check_energies(energies, view.n_rows)
             partial = energies[: view.n_owned].sum()
             derived = energy_derivatives(
                 partial, leaf, strain, cell, leaf.requires_grad, want_stress
             )
-        result = self._consolidate(view, out, partial, derived, local_rows)
-        self._check_indices = False
-        return result
+        checking, self.runner.checking = self.runner.checking, False
+        return consolidate(self.spec, self.comm, view, out, partial, derived, local_rows, checking)
 
     def _view_batch(
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
@@ -305,143 +285,3 @@ class DistributedModel(nn.Module):
             ptr=view.row_ptr,
             batch_idx=view.row_batch,
         )
-
-    def _run_model(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
-        bind_slot(self._slot, view.plan, self.comm)
-        ctx = HaloContext(
-            view.n_rows,
-            view.n_owned,
-            view.owned_mask,
-            self._slot,
-            in_place=not self.config.compile,
-            exchanges=view.plan.exchanges,
-        )
-        try:
-            with replaced_helpers(self.spec.distribution.third_party_helpers):
-                if self.config.compile and not self._check_indices:
-                    return self._compiled_forward(batch.device)(batch, ctx)
-                if self._marks_verified and not self._check_indices:
-                    with refreshing_marks(ctx.refresh_rows):
-                        return self.model(batch)
-                out = self._forward_in_mode(batch, ctx, check_indices=self._check_indices)
-                if self.spec.distribution.aggregations_marked and not self._marks_verified:
-                    self._verify_marks(batch, ctx, out["energies"][: view.n_owned])
-                return out
-        except IndexError as err:
-            if str(view.n_rows) in str(err):
-                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
-            raise
-
-    def _verify_marks(self, batch: Batch, ctx: HaloContext, owned_energies: torch.Tensor) -> None:
-        """Check a spec's `aggregations_marked` claim (collective): the owned per-atom energies
-        of a forward without interception must equal the intercepted ones."""
-        with torch.no_grad(), refreshing_marks(ctx.refresh_rows):
-            energies = self.model(batch)["energies"][: ctx.n_owned]
-        scale = float(owned_energies.detach().abs().max()) if ctx.n_owned else 0.0
-        tolerance = 1e-5 * max(scale, 1.0)
-        worst = (energies - owned_energies.detach()).abs().max() if ctx.n_owned else None
-        wrong = torch.tensor([float(worst > tolerance) if worst is not None else 0.0])
-        if float(self.comm.all_reduce(wrong.to(owned_energies.device), "sum")) > 0:
-            raise DistributionRuleError(
-                "the spec says aggregations_marked, but per-atom energies without op "
-                "interception differ from the intercepted ones: an aggregation onto atoms is "
-                "not passed through scattered_onto_nodes (or energies use per-system sums)"
-            )
-        self._marks_verified = True
-
-    def _compiled_forward(self, device: torch.device) -> Any:
-        """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""
-        if self._compiled is None:
-            # torch 2.13's vectorised C++ code generation fails on small index_add_ targets
-            # (per-system energy sums); scalar C++ code is correct. GPUs use Triton.
-            options = {"cpp.vec_isa_ok": False} if device.type == "cpu" else None
-            self._compiled = torch.compile(
-                self._forward_in_mode,
-                dynamic=False,
-                mode=self.config.compile_mode,
-                options=options,
-            )
-        return self._compiled
-
-    def _forward_in_mode(
-        self, batch: Batch, ctx: HaloContext, check_indices: bool = False
-    ) -> dict[str, torch.Tensor]:
-        """The model forward under op interception (the part `compile=True` compiles)."""
-        mode = HaloInterceptionMode(
-            ctx, self.spec.distribution.custom_ops, check_indices, strict=self.config.strict
-        )
-        with mode:
-            out = self.model(batch)
-        if check_indices and any(mode.is_stale(value) for value in out.values()):
-            raise DistributionRuleError(f"the model returns a stale tensor: {REBIND_RULE}")
-        return out
-
-    def _per_node(
-        self, name: str, value: torch.Tensor, view: HaloView, local_rows: bool
-    ) -> torch.Tensor:
-        gradient = name in self.spec.gradient_outputs
-        if not local_rows:
-            if gradient:
-                value = halo_reverse(value, view.plan, self.comm)
-            return value[: view.n_owned].detach()
-        if gradient:
-            return value[: view.n_local].detach()
-        rows = torch.zeros_like(value[: view.n_local])
-        rows[: view.n_owned] = value[: view.n_owned]
-        return rows.detach()
-
-    @staticmethod
-    def _check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
-        if energies is None:
-            raise DistributionRuleError(
-                'the model must return per-atom "energies" over all local atoms '
-                "(owned + ghost); the framework sums the owned rows"
-            )
-        if energies.dim() != 1 or energies.shape[0] != n_rows:
-            raise DistributionRuleError(
-                f"per-atom energies have shape {tuple(energies.shape)} but the local view has "
-                f"{n_rows} atoms: emit energies over ALL local atoms (owned + ghost), do not "
-                "pre-slice to owned atoms"
-            )
-
-    def _consolidate(
-        self,
-        view: HaloView,
-        out: dict[str, torch.Tensor],
-        partial: torch.Tensor,
-        derived: dict[str, torch.Tensor],
-        local_rows: bool,
-    ) -> dict[str, torch.Tensor]:
-        """Detached results by OutputKind; per-atom ones for owned rows, or for all local rows
-        (ghost rows zero unless the output is a gradient) when `local_rows`."""
-        kinds = self.spec.output_kinds
-        if self.spec.gradient_outputs and "energy" in out and self._check_indices:
-            model_energy = out["energy"].detach().sum()
-            if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
-                raise DistributionRuleError(
-                    "the model differentiates an energy that is not the scatter-sum of its "
-                    "per-atom energies over systems (batch index); its own gradients would "
-                    "count ghost atoms"
-                )
-        result: dict[str, torch.Tensor] = {}
-        for name, value in out.items():
-            if name in ("energy", "energies") or name in derived:
-                continue
-            kind = kinds.get(name)
-            if kind is None:
-                raise DistributionRuleError(
-                    f"output {name!r} has no OutputKind in the spec's output_kinds"
-                )
-            if kind is OutputKind.PER_NODE:
-                result[name] = self._per_node(name, value, view, local_rows)
-            elif kind is OutputKind.PER_GRAPH:
-                result[name] = self.comm.all_reduce(value.detach(), "sum")
-            else:
-                result[name] = value.detach()
-        result["energies"] = self._per_node("energies", out["energies"], view, local_rows)
-        result["energy"] = all_reduce_sum(partial.detach().reshape(1), self.comm)
-        if "forces" in derived:
-            result["forces"] = derived["forces"].detach()
-        if "stress" in derived:
-            result["stress"] = self.comm.all_reduce(derived["stress"].detach(), "sum")
-        return result
