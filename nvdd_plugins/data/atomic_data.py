@@ -18,49 +18,44 @@ def validate_field(
 ) -> torch.Tensor:
     """Check a field's shape (leading size `count`) and values; return it normalised.
 
-    `check_values=False` skips the value checks (NaN, sign), which sync a GPU; shapes are
+    `check_values=False` skips the value checks (NaN, bounds), which sync a GPU; shapes are
     always checked. Raises ValueError naming the field on a wrong shape or bad values.
     """
-    known = KNOWN_FIELDS.get(name)
+    spec = KNOWN_FIELDS.get(name)
+    if spec is None:
+        if value.dim() == 0 or value.shape[0] != count:
+            raise ValueError(
+                f"{name}: a {level.value}-level field needs leading size {count}, "
+                f"got shape {tuple(value.shape)}"
+            )
+        return value
     if name == "edge_index":
         if value.dim() != 2 or value.shape[0] != 2:
             raise ValueError(f"edge_index must have shape (2, n_edges), got {tuple(value.shape)}")
         return value.long()
-    if known is not None:
-        _, trailing, is_float = known
-        if name == "cell" and value.shape == (3, 3):
-            value = value.unsqueeze(0)
-        if name == "pbc" and value.shape == (3,):
-            value = value.unsqueeze(0)
-        if name in ("energy",) and value.dim() == 0:
-            value = value.reshape(1)
-        expected = (count, *trailing)
-        if tuple(value.shape) != expected:
-            raise ValueError(
-                f"{name} must have shape {expected} ({level.value}-level field), "
-                f"got {tuple(value.shape)}"
-            )
-        if is_float:
-            if not value.is_floating_point():
-                value = value.to(torch.get_default_dtype())
-            if check_values and not bool(torch.isfinite(value).all()):
-                raise ValueError(f"{name} contains NaN or infinite values")
-        elif name == "pbc":
-            value = value.bool()
-        else:
-            value = value.long()
-        if not check_values:
-            return value
-        if name == "atomic_masses" and bool((value <= 0).any()):
-            raise ValueError("atomic_masses must be positive (amu)")
-        if name == "atomic_numbers" and bool((value < 0).any()):
-            raise ValueError("atomic_numbers must be non-negative")
-        return value
-    if value.dim() == 0 or value.shape[0] != count:
+    if spec.level is FieldLevel.SYSTEM and tuple(value.shape) == spec.trailing:
+        value = value.unsqueeze(0)  # one system given without its leading axis
+    expected = (count, *spec.trailing)
+    if tuple(value.shape) != expected:
         raise ValueError(
-            f"{name}: a {level.value}-level field needs leading size {count}, "
-            f"got shape {tuple(value.shape)}"
+            f"{name} must have shape {expected} ({level.value}-level field), "
+            f"got {tuple(value.shape)}"
         )
+    if spec.kind == "bool":
+        return value.bool()
+    if spec.kind == "int":
+        value = value.long()
+    elif not value.is_floating_point():
+        value = value.to(torch.get_default_dtype())
+    if not check_values:
+        return value
+    if spec.kind == "float" and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if spec.lower is not None:
+        below = value < spec.lower if spec.inclusive else value <= spec.lower
+        if bool(below.any()):
+            relation = ">=" if spec.inclusive else ">"
+            raise ValueError(f"{name} must be {relation} {spec.lower:g}")
     return value
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
 
-__all__ = ["KNOWN_FIELDS", "FieldLevel", "as_tensor", "field_level"]
+__all__ = ["KNOWN_FIELDS", "FieldLevel", "FieldSpec", "as_tensor", "field_level"]
 
 
 class FieldLevel(StrEnum):
@@ -17,32 +18,51 @@ class FieldLevel(StrEnum):
     SYSTEM = "system"
 
 
-# name -> (level, trailing shape, is floating point). Units follow ASE: Å, eV, amu, eV/Å³,
-# velocities in ASE's internal unit Å·sqrt(eV/amu).
-KNOWN_FIELDS: dict[str, tuple[FieldLevel, tuple[int, ...], bool]] = {
-    "positions": (FieldLevel.NODE, (3,), True),
-    "atomic_numbers": (FieldLevel.NODE, (), False),
-    "atomic_masses": (FieldLevel.NODE, (), True),
-    "velocities": (FieldLevel.NODE, (3,), True),
-    "forces": (FieldLevel.NODE, (3,), True),
-    "charges": (FieldLevel.NODE, (), True),
-    "energies": (FieldLevel.NODE, (), True),
-    "stresses": (FieldLevel.NODE, (3, 3), True),
-    "global_ids": (FieldLevel.NODE, (), False),
-    "cell": (FieldLevel.SYSTEM, (3, 3), True),
-    "pbc": (FieldLevel.SYSTEM, (3,), False),
-    "energy": (FieldLevel.SYSTEM, (), True),
-    "stress": (FieldLevel.SYSTEM, (3, 3), True),
-    "edge_index": (FieldLevel.EDGE, (), False),
-    "shifts": (FieldLevel.EDGE, (3,), True),
-    "unit_shifts": (FieldLevel.EDGE, (3,), False),
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a known field holds.
+
+    Attributes:
+        level: node, edge or system.
+        trailing: shape after the leading (count) axis.
+        kind: "float" (default float dtype unless floating already; must be finite), "int"
+            (int64) or "bool".
+        lower: values must be above this (None: no bound).
+        inclusive: the bound itself is allowed.
+    """
+
+    level: FieldLevel
+    trailing: tuple[int, ...]
+    kind: str
+    lower: float | None = None
+    inclusive: bool = False
+
+
+# Units follow ASE: Å, eV, amu, eV/Å³, velocities in ASE's internal unit Å·sqrt(eV/amu).
+KNOWN_FIELDS: dict[str, FieldSpec] = {
+    "positions": FieldSpec(FieldLevel.NODE, (3,), "float"),
+    "atomic_numbers": FieldSpec(FieldLevel.NODE, (), "int", lower=0, inclusive=True),
+    "atomic_masses": FieldSpec(FieldLevel.NODE, (), "float", lower=0),
+    "velocities": FieldSpec(FieldLevel.NODE, (3,), "float"),
+    "forces": FieldSpec(FieldLevel.NODE, (3,), "float"),
+    "charges": FieldSpec(FieldLevel.NODE, (), "float"),
+    "energies": FieldSpec(FieldLevel.NODE, (), "float"),
+    "stresses": FieldSpec(FieldLevel.NODE, (3, 3), "float"),
+    "global_ids": FieldSpec(FieldLevel.NODE, (), "int"),
+    "cell": FieldSpec(FieldLevel.SYSTEM, (3, 3), "float"),
+    "pbc": FieldSpec(FieldLevel.SYSTEM, (3,), "bool"),
+    "energy": FieldSpec(FieldLevel.SYSTEM, (), "float"),
+    "stress": FieldSpec(FieldLevel.SYSTEM, (3, 3), "float"),
+    "edge_index": FieldSpec(FieldLevel.EDGE, (), "int"),  # stored as (2, n_edges)
+    "shifts": FieldSpec(FieldLevel.EDGE, (3,), "float"),
+    "unit_shifts": FieldSpec(FieldLevel.EDGE, (3,), "int"),
 }
 
 
 def field_level(name: str) -> FieldLevel | None:
     """Level of a known field, or None for a user-defined one."""
     entry = KNOWN_FIELDS.get(name)
-    return entry[0] if entry else None
+    return entry.level if entry else None
 
 
 def as_tensor(value: object, name: str) -> torch.Tensor:
