@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nvdd_plugins.comm import abort_job
+
 __all__ = ["abort_on_error", "notify"]
 
 
@@ -43,5 +45,4 @@ def abort_on_error() -> Iterator[None]:
             f"lammps_interface: error on rank {world.Get_rank()}, aborting all ranks:\n"
             f"{traceback.format_exc()}"
         )
-        sys.stderr.flush()
-        world.Abort(1)
+        abort_job(mpi=True)

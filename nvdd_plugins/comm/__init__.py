@@ -6,6 +6,7 @@ from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.halo_plan import HaloPlan
 from nvdd_plugins.comm.launch import (
     LaunchInfo,
+    abort_job,
     detect_launch,
     end_job_on_exception,
     local_device,
@@ -34,6 +35,7 @@ __all__ = [
     "SimulatedCommunicator",
     "SimulatedMesh",
     "TorchDistCommunicator",
+    "abort_job",
     "all_reduce_sum",
     "bind_slot",
     "detect_launch",

@@ -8,11 +8,13 @@ import re
 import sys
 from dataclasses import dataclass
 from types import TracebackType
+from typing import NoReturn
 
 import torch
 
 __all__ = [
     "LaunchInfo",
+    "abort_job",
     "detect_launch",
     "end_job_on_exception",
     "local_device",
@@ -90,6 +92,18 @@ _PEER_GONE = re.compile(
 )
 
 
+def abort_job(mpi: bool) -> NoReturn:
+    """End every rank of the job now, this process's output flushed: MPI aborts the world
+    (`mpi`), otherwise this process exits and its launcher stops the others."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if mpi:
+        from mpi4py import MPI  # only under MPI: importing mpi4py initialises it
+
+        MPI.COMM_WORLD.Abort(1)
+    os._exit(1)
+
+
 def end_job_on_exception(launcher: str) -> None:
     """Make an uncaught exception on this rank end the whole job promptly, never leave its
     peers waiting in a collective. Under mpirun MPI aborts every rank; under torchrun or
@@ -111,13 +125,7 @@ def end_job_on_exception(launcher: str) -> None:
             sys.stderr.write(f"[rank{rank}]: stopped: another rank failed (its message says why)\n")
         else:
             previous(kind, value, tb)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if launcher == "mpirun":
-            from mpi4py import MPI  # only under MPI: importing mpi4py initialises it
-
-            MPI.COMM_WORLD.Abort(1)
-        os._exit(1)
+        abort_job(launcher == "mpirun")
 
     sys.excepthook = hook
     _INSTALLED.append(launcher)
