@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 pytest.importorskip("mace")
@@ -23,13 +25,26 @@ from tests.helpers.systems import SYSTEMS
 pytestmark = pytest.mark.mace
 
 
+CUEQ = pytest.param(
+    True,
+    id="cueq",
+    marks=pytest.mark.skipif(
+        importlib.util.find_spec("cuequivariance_torch") is None,
+        reason="needs cuequivariance-torch",
+    ),
+)
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 @pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
-def test_mace_matches_mace_calculator(system: str, world_size: int) -> None:
+@pytest.mark.parametrize("cuequivariance", [pytest.param(False, id="e3nn"), CUEQ])
+def test_mace_matches_mace_calculator(system: str, world_size: int, cuequivariance: bool) -> None:
+    """e3nn MACE, and its cuEquivariance conversion (pure PyTorch on a CPU), against e3nn
+    mace-torch's own calculator."""
     model = tiny_mace()
     atoms = with_two_species(SYSTEMS[system]())
     ref = mace_calculator_reference(model, atoms)
-    wrapper = MACEWrapper(model)
+    wrapper = MACEWrapper(model, cuequivariance=cuequivariance)
     properties = properties_for(atoms)
     grid = (1, 1, world_size) if system == "slab" else None
     results = run_simulated(

@@ -1,6 +1,6 @@
-"""MACE converted to cuEquivariance (its pure-PyTorch path on the CPU) through DistributedModel
-equals e3nn mace-torch's MACECalculator, at 1, 2 and 4 simulated ranks; the fused GPU kernel's
-scatter is marked by the spec's adapter."""
+"""MACE converted to cuEquivariance: the conversion, its spec (the fused GPU kernel's scatter is
+marked by a MethodAdapter), and compile=True refused. Its results through DistributedModel are
+checked in tests/distributed_model/test_mace_simulated.py (CPU) and tests/gpu/test_cueq.py."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ pytest.importorskip("cuequivariance_torch")
 
 import torch
 
-from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.models import MACEWrapper
 from nvdd_plugins.models import cueq as cueq_module
 from nvdd_plugins.spec import MethodAdapter, scattered_onto_nodes
-from tests.helpers.mace_models import mace_calculator_reference, tiny_mace, with_two_species
-from tests.helpers.oracle import assert_close, errors, properties_for, replicated
-from tests.helpers.systems import SYSTEMS
+from tests.helpers.mace_models import tiny_mace
 
 pytestmark = pytest.mark.mace
 
@@ -37,20 +34,6 @@ def test_conversion_keeps_weights_dtype_and_the_default_dtype(cueq_wrapper) -> N
     distribution = cueq_wrapper.distribution_spec().distribution
     assert distribution.aggregations_marked
     assert [type(h) for h in distribution.third_party_helpers][-1] is MethodAdapter
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-@pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
-def test_cueq_mace_matches_e3nn_mace_calculator(cueq_wrapper, system: str, world_size: int) -> None:
-    atoms = with_two_species(SYSTEMS[system]())
-    ref = mace_calculator_reference(tiny_mace(), atoms)
-    properties = properties_for(atoms)
-    grid = (1, 1, world_size) if system == "slab" else None
-    results = run_simulated(
-        world_size, lambda comm: replicated(comm, cueq_wrapper, atoms, properties, grid=grid)
-    )
-    for rank, result in enumerate(results):
-        assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}")
 
 
 def test_uniform_1d_forward_marks_exactly_the_indexed_outputs(monkeypatch) -> None:
