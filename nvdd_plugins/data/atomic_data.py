@@ -51,11 +51,10 @@ def validate_field(
         return value
     if spec.kind == "float" and not bool(torch.isfinite(value).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
-    if spec.lower is not None:
-        below = value < spec.lower if spec.inclusive else value <= spec.lower
-        if bool(below.any()):
-            relation = ">=" if spec.inclusive else ">"
-            raise ValueError(f"{name} must be {relation} {spec.lower:g}")
+    if spec.sign is not None:
+        wrong = value <= 0 if spec.sign == "positive" else value < 0
+        if bool(wrong.any()):
+            raise ValueError(f"{name} must be {spec.sign}")
     return value
 
 

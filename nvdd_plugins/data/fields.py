@@ -27,22 +27,20 @@ class FieldSpec:
         trailing: shape after the leading (count) axis.
         kind: "float" (default float dtype unless floating already; must be finite), "int"
             (int64) or "bool".
-        lower: values must be above this (None: no bound).
-        inclusive: the bound itself is allowed.
+        sign: "positive" or "non-negative" when the values must be (None: any).
     """
 
     level: FieldLevel
     trailing: tuple[int, ...]
     kind: str
-    lower: float | None = None
-    inclusive: bool = False
+    sign: str | None = None
 
 
 # Units follow ASE: Å, eV, amu, eV/Å³, velocities in ASE's internal unit Å·sqrt(eV/amu).
 KNOWN_FIELDS: dict[str, FieldSpec] = {
     "positions": FieldSpec(FieldLevel.NODE, (3,), "float"),
-    "atomic_numbers": FieldSpec(FieldLevel.NODE, (), "int", lower=0, inclusive=True),
-    "atomic_masses": FieldSpec(FieldLevel.NODE, (), "float", lower=0),
+    "atomic_numbers": FieldSpec(FieldLevel.NODE, (), "int", sign="non-negative"),
+    "atomic_masses": FieldSpec(FieldLevel.NODE, (), "float", sign="positive"),
     "velocities": FieldSpec(FieldLevel.NODE, (3,), "float"),
     "forces": FieldSpec(FieldLevel.NODE, (3,), "float"),
     "charges": FieldSpec(FieldLevel.NODE, (), "float"),
