@@ -68,16 +68,7 @@ def median_seconds(
 ) -> float:
     """Median wall time of `fn()` over `repeats` calls after `warmup` calls (TorchScript
     parts of e3nn/mace optimise themselves during the first calls)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return interleaved_medians({"fn": fn}, repeats, device, warmup)["fn"]
 
 
 def interleaved_medians(

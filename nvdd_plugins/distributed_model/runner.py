@@ -89,11 +89,12 @@ class SpecRunner:
         of a forward without interception must equal the intercepted ones."""
         with torch.no_grad(), refreshing_marks(ctx.refresh_rows):
             energies = self.model(batch)["energies"][: ctx.n_owned]
-        scale = float(owned_energies.detach().abs().max()) if ctx.n_owned else 0.0
-        tolerance = 1e-5 * max(scale, 1.0)
-        worst = (energies - owned_energies.detach()).abs().max() if ctx.n_owned else None
-        wrong = torch.tensor([float(worst > tolerance) if worst is not None else 0.0])
-        if float(self.comm.all_reduce(wrong.to(owned_energies.device), "sum")) > 0:
+        owned = owned_energies.detach()
+        differs = ctx.n_owned > 0 and bool(
+            (energies - owned).abs().max() > 1e-5 * owned.abs().max().clamp_min(1.0)
+        )
+        wrong = torch.tensor([float(differs)], device=owned.device)
+        if float(self.comm.all_reduce(wrong, "sum")) > 0:
             raise DistributionRuleError(
                 "the spec says aggregations_marked, but per-atom energies without op "
                 "interception differ from the intercepted ones: an aggregation onto atoms is "
