@@ -164,12 +164,14 @@ def _dd_step_time(
     _reset_memory(device)
     seconds = median_seconds(lambda: dd.model(owned, ("energy", "forces")), args.repeats, device)
     total = int(mesh.all_reduce(torch.tensor([total], device=device), "sum").item())
+    resident = torch.cuda.memory_allocated(device) / 2**30
+    print(f"rank {mesh.rank}: {total} atoms, {resident:.2f} GiB held between steps", flush=True)
     return seconds, total, _peak_gib(device)
 
 
 def multi(args: argparse.Namespace) -> dict[str, Any]:
     """Weak and strong scaling (or one --largest size) over every GPU of the job."""
-    from nvdd_plugins.comm import SimulatedMesh
+    from nvdd_plugins.comm import LocalCommunicator
 
     manager = DistributedManager.initialize()
     rank, size = manager.rank, manager.world_size
@@ -188,7 +190,7 @@ def multi(args: argparse.Namespace) -> dict[str, Any]:
         return out
     one = {}
     if rank == 0:  # one GPU alone first; the other ranks wait
-        local = SimulatedMesh(1).communicator(0)
+        local = LocalCommunicator()
         for n in (args.per_gpu, args.strong):
             one[n] = _dd_step_time(wrapper, n, local, args)
             print(f"1 GPU: {one[n][1]} atoms {one[n][0] * 1e3:.1f} ms", flush=True)

@@ -176,7 +176,8 @@ def marked_scatter_sum(
 
 def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter] = ()) -> MLIPSpec:
     """`SPEC_MPNN_HALO` with mace's interaction-block `scatter_sum` marked (so eager forwards
-    run without op interception), plus `kernels` and `helpers` of a backend."""
+    run without op interception) and messages written onto receivers only (so edges into
+    ghost rows are dropped), plus `kernels` and `helpers` of a backend."""
     marked = tuple(
         PythonAdapter(target=f"{module}:scatter_sum", replacement=marked_scatter_sum)
         for module in ("mace.modules.blocks", "mace.modules.wrapper_ops")
@@ -187,6 +188,7 @@ def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter
             custom_ops=tuple(kernels),
             third_party_helpers=(*marked, *helpers),
             aggregations_marked=True,
+            edge_target_row=1,  # mace: sender, receiver = edge_index
         ),
         output_kinds=SPEC_MPNN_HALO.output_kinds,
     )

@@ -92,6 +92,15 @@ def test_gradient_outputs_must_be_per_node() -> None:
         MLIPSpec(output_kinds={"forces": OutputKind.PER_GRAPH}, gradient_outputs={"forces"})
 
 
+def test_gradient_outputs_need_op_interception() -> None:
+    with pytest.raises(ValueError, match="aggregations_marked"):
+        MLIPSpec(
+            distribution=DistributionSpec(aggregations_marked=True),
+            output_kinds={"forces": OutputKind.PER_NODE},
+            gradient_outputs={"forces"},
+        )
+
+
 def test_local_functions_cannot_be_saved() -> None:
     def local(x):
         return x
