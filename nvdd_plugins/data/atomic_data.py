@@ -70,22 +70,15 @@ class AtomicData(FieldStore):
     def from_atoms(cls, atoms: ase.Atoms, dtype: torch.dtype = torch.float64) -> AtomicData:
         """Build from `ase.Atoms`: positions, numbers, masses, cell, pbc, and velocities,
         charges when the Atoms carry them (velocities stay in ASE's internal unit)."""
-        data = cls(
+        return cls(
             positions=torch.as_tensor(atoms.get_positions(), dtype=dtype),
             atomic_numbers=torch.as_tensor(atoms.get_atomic_numbers(), dtype=torch.long),
             atomic_masses=torch.as_tensor(atoms.get_masses(), dtype=dtype),
             cell=torch.as_tensor(np.asarray(atoms.get_cell()), dtype=dtype),
             pbc=torch.as_tensor(atoms.get_pbc()),
+            velocities=atoms.get_velocities() if atoms.has("momenta") else None,
+            charges=atoms.get_initial_charges() if atoms.has("initial_charges") else None,
         )
-        if atoms.has("momenta"):
-            data.add_node_property(
-                "velocities", torch.as_tensor(atoms.get_velocities(), dtype=dtype)
-            )
-        if atoms.has("initial_charges"):
-            data.add_node_property(
-                "charges", torch.as_tensor(atoms.get_initial_charges(), dtype=dtype)
-            )
-        return data
 
     def to_atoms(self) -> ase.Atoms:
         """Convert to `ase.Atoms` (positions, numbers, masses, cell, pbc, velocities)."""
