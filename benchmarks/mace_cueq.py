@@ -77,7 +77,7 @@ def _reset_memory(device: torch.device) -> None:
 
 def _dd1_step(wrapper: MACEWrapper, batch: Batch, skin: float) -> Callable[[], Any]:
     """A closure running DistributedModel at one rank (energy + forces) on `batch`."""
-    owned = batch.to()
+    owned = batch.copy()
     owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
     distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
     distributed.setup(owned)

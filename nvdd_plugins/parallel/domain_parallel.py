@@ -91,7 +91,7 @@ class DomainParallel:
         if problem:
             raise ValueError(f"partition(): {problem}")
         if self.comm.rank == 0:
-            full = full.to()
+            full = full.copy()
             if "global_ids" not in full:
                 full.add_node_property(
                     "global_ids", torch.arange(full.num_nodes, device=full.device)
