@@ -20,6 +20,7 @@ from torch import nn
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -218,9 +219,7 @@ def random_mace(
 
     block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
     energies = np.zeros(len(species)) if atomic_energies is None else np.array(atomic_energies)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with seeded_weights(seed):
         model = modules.ScaleShiftMACE(
             r_max=r_max,
             num_bessel=num_bessel,
@@ -241,8 +240,6 @@ def random_mace(
             atomic_inter_scale=interaction_scale,
             atomic_inter_shift=0.0,
         )
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)
 
 
