@@ -46,6 +46,8 @@ class DistributedModel(nn.Module):
         mesh: communicator; default `config.mesh`.
     """
 
+    uses_batch_neighbors = False  # the halo view carries its own list (see `compute_view`)
+
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
         self.model = model.prepare_for_compile() if config.compile else model

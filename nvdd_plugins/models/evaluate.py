@@ -122,6 +122,8 @@ class ModelEvaluator:
         skin: Verlet skin, Å.
     """
 
+    uses_batch_neighbors = True
+
     def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
         self.model = model
         config = model.model_config.neighbor_config
@@ -139,3 +141,7 @@ class ModelEvaluator:
         run = batch.copy()
         self.neighbors.attach(run)
         return evaluate_model(self.model, run, properties)
+
+    def compute_view(self, batch: Batch) -> Batch:
+        """`batch` itself, on which compute-stage hooks may leave a neighbour list."""
+        return batch
