@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-import nvdd_plugins.distributed_model.model as distributed_model_module
+import nvdd_plugins.distributed_model.engine as engine_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model.context import HaloContext
@@ -21,7 +21,7 @@ from tests.helpers.systems import SYSTEMS, NotReboundInteraction, lj_model, mpnn
 def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
-    derivatives = distributed_model_module.energy_derivatives
+    derivatives = engine_module.energy_derivatives
     rank_local = threading.local()  # each virtual rank runs in its own thread
 
     def naive(energy, positions, strain, cell, want_forces, want_stress):
@@ -32,7 +32,7 @@ def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(
         rank_local.comm = comm
         return replicated(comm, model, atoms, ("energy", "forces"))
 
-    monkeypatch.setattr(distributed_model_module, "energy_derivatives", naive)
+    monkeypatch.setattr(engine_module, "energy_derivatives", naive)
     for world_size in (2, 4):
         result = run_simulated(world_size, run)[0]
         ratio = result["forces"] / ref["forces"]
