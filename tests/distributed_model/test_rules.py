@@ -96,6 +96,32 @@ def test_unfiltered_sentinels_name_the_rule():
         _run(_NoSentinelFilter(cutoff=4.5, seed=7).double())
 
 
+class _FiltersOnlyOnce(_NoSentinelFilter):
+    """Filters sentinels in the checked first forward only, so a later, unchecked forward
+    indexes with them."""
+
+    def adapt_input(self, batch: Batch) -> ModelInputs:
+        self.calls = getattr(self, "calls", 0) + 1
+        return (
+            SimpleMPNN.adapt_input(self, batch) if self.calls == 1 else super().adapt_input(batch)
+        )
+
+
+def test_sentinels_in_an_unchecked_forward_name_the_rule():
+    model = _FiltersOnlyOnce(cutoff=4.5, seed=7).double()
+    atoms = SYSTEMS["bulk"]()
+
+    def run(comm):
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)  # skin pairs: sentinels
+        distributed = DistributedModel(model, config)
+        batch = Batch.from_atoms(atoms)
+        for _ in range(2):
+            distributed.evaluate_replicated(batch)
+
+    with pytest.raises(RuntimeError, match="filter them in adapt_input"):
+        run_simulated(1, run)
+
+
 def test_in_place_scatter_without_rebinding_is_still_exact():
     model = mpnn_model()
     for layer in model.layers:
