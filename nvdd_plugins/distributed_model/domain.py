@@ -13,6 +13,7 @@ from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
+from nvdd_plugins.geometry import RebuildDetector
 
 __all__ = ["NON_FINITE", "REBUILD", "HaloDomain"]
 
@@ -41,8 +42,8 @@ class HaloDomain:
         self.migrated = 0  # atoms this rank received by migration so far
         self._nodes = Capacity(config.capacity_growth, exact=not config.compile)
         self._edges = Capacity(config.capacity_growth, exact=not config.compile)
-        self._reference: torch.Tensor | None = None
-        self._reference_cell: torch.Tensor | None = None
+        # positions and cell of the last rebuild
+        self._verlet = RebuildDetector(config.skin, threshold=config.rebuild_threshold)
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, full: Batch | None) -> None:
@@ -62,7 +63,7 @@ class HaloDomain:
             frame, self.comm.size, self.config.grid, self.config.halo_width
         )
         self.view = None
-        self._reference = None
+        self._verlet.reset()
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
 
     def _partitioner(self) -> SpatialPartitioner:
@@ -93,13 +94,11 @@ class HaloDomain:
         The local test stays on the device; the one host synchronisation is the answer.
         """
         device = owned_positions.device
-        if self._reference is None or owned_positions.shape != self._reference.shape:
+        reference = self._verlet.reference
+        if reference is None or owned_positions.shape != reference[0].shape:
             flag = torch.ones(1, device=device)
         else:
-            moved = (owned_positions.detach() - self._reference).square().sum(dim=1)
-            far = (moved > self.config.rebuild_threshold**2).any()
-            changed = (cell.detach() != self._reference_cell).any()
-            flag = (far | changed).to(torch.float32).reshape(1)
+            flag = self._verlet.exceeded(owned_positions, cell).to(torch.float32).reshape(1)
         flag = torch.where(non_finite.to(device), float(NON_FINITE), flag)
         return int(self.comm.all_reduce(flag, "max")[0])
 
@@ -185,8 +184,7 @@ class HaloDomain:
             far_pair_padding=self.config.compile,
         )
         self.view = view
-        self._reference = positions.clone()
-        self._reference_cell = cell.clone()
+        self._verlet.update(positions, cell)
         self.rebuilds += 1
         return view
 
@@ -197,15 +195,12 @@ class HaloDomain:
         "reference": the owned positions (in the owned order) and the cell of the last
         rebuild, or None before the first rebuild."""
         partitioner = self._partitioner()
-        reference = None
-        if self._reference is not None and self._reference_cell is not None:
-            reference = (self._reference, self._reference_cell)
         return {
             "frame": partitioner.frame,
             "grid": tuple(partitioner.grid),
             "padding_species": self.padding_species,
             "capacities": (self._nodes.value, self._edges.value),
-            "reference": reference,
+            "reference": self._verlet.reference,
         }
 
     def restore(
@@ -223,6 +218,6 @@ class HaloDomain:
         self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.config.halo_width)
         self.padding_species = int(padding_species)
         self.view = None
-        self._reference = self._reference_cell = None
+        self._verlet.reset()
         if capacities is not None:
             self._nodes.value, self._edges.value = (int(c) for c in capacities)

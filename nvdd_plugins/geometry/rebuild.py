@@ -29,11 +29,14 @@ class RebuildDetector:
     differences, so re-wrapping atoms into the cell also triggers a rebuild.
     """
 
-    def __init__(self, skin: float) -> None:
+    def __init__(self, skin: float, threshold: float | None = None) -> None:
         skin = float(skin)
         if not skin >= 0.0:
             raise ValueError(f"skin must be non-negative, got {skin}")
         self._skin = skin
+        # the largest displacement that needs no rebuild (less than skin / 2 when atoms may
+        # also stay on a rank past its border: migration hysteresis)
+        self._threshold = 0.5 * skin if threshold is None else float(threshold)
         self._positions: torch.Tensor | None = None
         self._cell: torch.Tensor | None = None
         self._pbc: tuple[bool, bool, bool] | None = None
@@ -43,6 +46,11 @@ class RebuildDetector:
     def skin(self) -> float:
         """Verlet skin (Å)."""
         return self._skin
+
+    @property
+    def reference(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """Positions and cell of the last ``update``, or None."""
+        return None if self._positions is None else (self._positions, self._cell)
 
     @property
     def has_reference(self) -> bool:
@@ -82,6 +90,19 @@ class RebuildDetector:
             return positions.new_zeros(())
         return torch.linalg.vector_norm(positions.detach() - reference, dim=1).max()
 
+    def exceeded(self, positions: torch.Tensor, cell: torch.Tensor | None = None) -> torch.Tensor:
+        """0-d bool on the positions' device, without a host synchronisation: an atom moved
+        more than the threshold, or `cell` differs from the reference (same atom count as the
+        reference required). For callers that combine it with other flags first."""
+        if self._positions is None or positions.shape != self._positions.shape:
+            raise ValueError("exceeded() needs a reference with as many atoms; see has_reference")
+        reference = self._positions.to(positions.device, positions.dtype)
+        moved = (positions.detach() - reference).square().sum(dim=1)
+        far = (moved > self._threshold**2).any()
+        if cell is not None and self._cell is not None:
+            far = far | (cell.detach() != self._cell.to(cell.device, cell.dtype)).any()
+        return far
+
     def needs_rebuild(
         self,
         positions: torch.Tensor,
@@ -98,4 +119,4 @@ class RebuildDetector:
             return True
         if (None if pbc is None else _as_pbc(pbc)) != self._pbc:
             return True
-        return bool(self.max_displacement(positions) > 0.5 * self._skin)
+        return bool(self.exceeded(positions))
