@@ -62,6 +62,14 @@ def _lennard_jones(
     cutoff: float,
     shift_energy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-atom LJ energies (eV), forces (eV/Å) and virials (eV) from a full neighbour list.
+
+    `edge_index` rows are (i, j) with r_ij = x[j] - x[i] + shifts; each unordered pair must
+    appear in both directions. Pairs at r >= cutoff contribute nothing. Energies take half of
+    each pair term; `virials[i] = 1/2 sum_j phi'(r) r_ij (x) r_ij / r`, so
+    `stress = virials.sum(0) / volume`. Forces on atom i use only edges centred on i, so they
+    are complete for any atom whose neighbours are all present.
+    """
     rij, inside, r2, c6 = _pair_terms(positions, edge_index, shifts, sigma, cutoff)
     c12 = c6 * c6
     offset = (
@@ -85,26 +93,9 @@ def _lennard_jones(
 torch.library.impl("nvdd::lennard_jones", "CompositeExplicitAutograd", _lennard_jones)
 
 
-def lennard_jones(
-    positions: torch.Tensor,
-    edge_index: torch.Tensor,
-    shifts: torch.Tensor,
-    epsilon: float,
-    sigma: float,
-    cutoff: float,
-    shift_energy: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-atom LJ energies (eV), forces (eV/Å) and virials (eV) from a full neighbour list.
-
-    `edge_index` rows are (i, j) with r_ij = x[j] - x[i] + shifts; each unordered pair must
-    appear in both directions. Pairs at r >= cutoff contribute nothing. Energies take half of
-    each pair term; `virials[i] = 1/2 sum_j phi'(r) r_ij (x) r_ij / r`, so
-    `stress = virials.sum(0) / volume`. Forces on atom i use only edges centred on i, so they
-    are complete for any atom whose neighbours are all present.
-    """
-    return torch.ops.nvdd.lennard_jones(
-        positions, edge_index, shifts, epsilon, sigma, cutoff, shift_energy
-    )
+lennard_jones = torch.ops.nvdd.lennard_jones
+"""The op (an `OpOverloadPacket`): `lennard_jones(positions, edge_index, shifts, epsilon,
+sigma, cutoff, shift_energy) -> (energies, forces, virials)`."""
 
 
 @torch.library.register_fake("nvdd::lennard_jones")
