@@ -87,7 +87,7 @@ def _lennard_jones(
             torch.mul(half_force, rij[b], out=block[4 + 3 * a + b])
     n = positions.shape[0]
     sums = _sum_by_first_atom(block, edge_index[0], n)
-    return sums[0].clone(), sums[1:4].t().contiguous(), sums[4:].t().reshape(n, 3, 3)
+    return sums[0].clone(), sums[1:4].t().contiguous(), sums[4:].t().reshape(n, 3, 3).contiguous()
 
 
 torch.library.impl("nvdd::lennard_jones", "CompositeExplicitAutograd", _lennard_jones)
