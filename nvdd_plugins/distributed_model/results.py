@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from nvdd_plugins.comm import Communicator, all_reduce_sum, halo_reverse
+from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import MLIPSpec, OutputKind
@@ -65,7 +65,7 @@ def consolidate(
         else:
             result[name] = value.detach()
     result["energies"] = _per_node(spec, comm, "energies", out["energies"], view, local_rows)
-    result["energy"] = all_reduce_sum(partial.detach().reshape(1), comm)
+    result["energy"] = comm.all_reduce(partial.detach().reshape(1), "sum")
     if "forces" in derived:
         result["forces"] = derived["forces"].detach()
     if "stress" in derived:
@@ -84,7 +84,7 @@ def _per_node(
     gradient = name in spec.gradient_outputs
     if not local_rows:
         if gradient:
-            value = halo_reverse(value, view.plan, comm)
+            value = sum_ghosts_into_owners(value.detach(), view.slot(comm))
         return value[: view.n_owned].detach()
     if gradient:
         return value[: view.n_local].detach()

@@ -1,10 +1,17 @@
-"""Halo primitives: exact adjoints (gradcheck and inner products), plans, backends agree."""
+"""Halo exchange ops: exact adjoints (gradcheck and inner products), plans, backends agree."""
 
 from __future__ import annotations
 
 import torch
 
-from nvdd_plugins.comm import HaloPlan, all_reduce_sum, halo_forward, halo_reverse, run_simulated
+from nvdd_plugins.comm import (
+    HaloPlan,
+    HaloSlot,
+    all_reduce_sum,
+    copy_to_ghosts,
+    run_simulated,
+    sum_ghosts_into_owners,
+)
 
 
 def _symmetric_plan(comm) -> HaloPlan:
@@ -24,22 +31,23 @@ def test_plan_describes_ghost_owners() -> None:
         assert plan.self_src.tolist() == [1] and plan.self_dst.tolist() == [5]
 
 
-def test_forward_copies_owner_rows() -> None:
+def test_copy_to_ghosts_copies_owner_rows() -> None:
     def run(comm):
-        plan = _symmetric_plan(comm)
+        slot = HaloSlot()
         x = torch.arange(6.0).unsqueeze(1) + 10 * comm.rank
-        return halo_forward(x, plan, comm).squeeze(1).tolist()
+        return copy_to_ghosts(x, slot.bind(_symmetric_plan(comm), comm)).squeeze(1).tolist()
 
     assert run_simulated(2, run) == [[0, 1, 2, 12, 10, 1], [10, 11, 12, 2, 0, 11]]
 
 
-def test_gradcheck_both_primitives() -> None:
+def test_gradcheck_both_ops() -> None:
     def run(comm):
-        plan = _symmetric_plan(comm)
+        slot = HaloSlot()
+        number = slot.bind(_symmetric_plan(comm), comm)
         torch.manual_seed(comm.rank)
         x = torch.randn(6, 2, dtype=torch.float64, requires_grad=True)
-        forward_ok = torch.autograd.gradcheck(lambda t: halo_forward(t, plan, comm), (x,))
-        reverse_ok = torch.autograd.gradcheck(lambda t: halo_reverse(t, plan, comm), (x,))
+        forward_ok = torch.autograd.gradcheck(lambda t: copy_to_ghosts(t, number), (x,))
+        reverse_ok = torch.autograd.gradcheck(lambda t: sum_ghosts_into_owners(t, number), (x,))
         return forward_ok and reverse_ok
 
     assert all(run_simulated(2, run))
@@ -55,20 +63,21 @@ def test_forward_and_reverse_are_adjoint_on_random_plans() -> None:
         owner_row = torch.tensor(
             [int(torch.randint(0, sizes[r], (1,), generator=generator)) for r in owner_rank]
         )
-        plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row)
+        slot = HaloSlot()
+        number = slot.bind(HaloPlan.build(comm, n_owned, owner_rank, owner_row), comm)
         x = torch.randn(n_owned + n_ghost, 3, dtype=torch.float64, generator=generator)
         y = torch.randn(n_owned + n_ghost, 3, dtype=torch.float64, generator=generator)
-        left = (halo_forward(x, plan, comm) * y).sum()
-        right = (x * halo_reverse(y, plan, comm)).sum()
-        return float(all_reduce_sum(left, comm) - all_reduce_sum(right, comm))
+        left = (copy_to_ghosts(x, number) * y).sum()
+        right = (x * sum_ghosts_into_owners(y, number)).sum()
+        return float(all_reduce_sum(left, number) - all_reduce_sum(right, number))
 
     assert all(abs(d) < 1e-12 for d in run_simulated(3, run))
 
 
-def test_reverse_sums_ghosts_into_owners() -> None:
+def test_sum_ghosts_into_owners_zeroes_ghosts() -> None:
     def run(comm):
-        plan = _symmetric_plan(comm)
+        slot = HaloSlot()
         y = torch.ones(6, 1)
-        return halo_reverse(y, plan, comm).squeeze(1).tolist()
+        return sum_ghosts_into_owners(y, slot.bind(_symmetric_plan(comm), comm)).squeeze(1).tolist()
 
     assert run_simulated(2, run) == [[2, 2, 2, 0, 0, 0], [2, 2, 2, 0, 0, 0]]
