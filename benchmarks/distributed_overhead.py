@@ -37,7 +37,7 @@ MODELS = {
 
 
 def _owned(batch: Batch) -> Batch:
-    owned = batch.to()
+    owned = batch.copy()
     owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
     return owned
 

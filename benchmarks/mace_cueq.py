@@ -19,6 +19,7 @@ GPU, then all GPUs together; weak scaling = t(1 GPU, N) / t(P GPUs, P x N) (per 
 crystals only come in sizes 4 k^3), strong scaling = t(1 GPU, N) / (P x t(P GPUs, N)).
 --largest runs one size on all GPUs and reports its memory; `plain` times plain cuEq alone
 at --cases sizes, reporting out-of-memory instead of failing (its largest system).
+`--backend e3nn` runs every mode with mace's e3nn model on both sides (no conversion).
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ from nvdd_plugins.models import MACEWrapper
 from nvdd_plugins.models.cueq import to_cuequivariance
 
 LATTICE = 3.61  # fcc Cu, Å
+
+
+def backend_model(
+    preset: str, dtype: torch.dtype, device: torch.device, backend: str
+) -> torch.nn.Module:
+    """The random-weight mace model on `device`, converted to cuEquivariance unless
+    `backend` is "e3nn"."""
+    model = mace_model(preset, (29,), dtype).to(device)
+    return model if backend == "e3nn" else to_cuequivariance(model)
 
 
 def plain_mace_step(model: torch.nn.Module, batch: Batch) -> Any:
@@ -77,7 +87,7 @@ def _reset_memory(device: torch.device) -> None:
 
 def _dd1_step(wrapper: MACEWrapper, batch: Batch, skin: float) -> Callable[[], Any]:
     """A closure running DistributedModel at one rank (energy + forces) on `batch`."""
-    owned = batch.to()
+    owned = batch.copy()
     owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
     distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
     distributed.setup(owned)
@@ -96,7 +106,7 @@ def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str
     steps are timed in alternation, their peak memory each alone."""
     device = torch.device("cuda")
     e3nn = mace_model(preset, (29,), torch.float32).to(device)
-    cueq = to_cuequivariance(e3nn).requires_grad_(False)
+    cueq = (e3nn if args.backend == "e3nn" else to_cuequivariance(e3nn)).requires_grad_(False)
     batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device)
     row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
     plain = plain_mace_step(cueq, batch)
@@ -113,13 +123,13 @@ def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str
     row["dd1_over_plain"] = row["dd1_cueq_s"] / row["plain_cueq_s"]
     row["max_abs_dF"] = float((forces - plain_forces).abs().max())
     if args.float64_check:  # both float32 results against plain cuEq in float64
-        model64 = to_cuequivariance(mace_model(preset, (29,), torch.float64).to(device))
+        model64 = backend_model(preset, torch.float64, device, args.backend)
         batch64 = fcc_batch(n_atoms, LATTICE, (29,), torch.float64, device)
         exact = plain_mace_step(model64.requires_grad_(False), batch64)().detach()
         row["plain_dF_vs_float64"] = float((plain_forces.double() - exact).abs().max())
         row["dd1_dF_vs_float64"] = float((forces.double() - exact).abs().max())
         del model64, batch64, exact
-    if args.e3nn:
+    if args.e3nn and args.backend != "e3nn":
         plain = plain_mace_step(e3nn.requires_grad_(False), batch)
         row["plain_e3nn_s"] = median_seconds(plain, args.repeats, device)
         row["cueq_speedup"] = row["plain_e3nn_s"] / row["plain_cueq_s"]
@@ -132,7 +142,7 @@ def plain_sizes(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for case in args.cases:
         preset, n_atoms = case.split(":")
-        model = to_cuequivariance(mace_model(preset, (29,), torch.float32).to(device))
+        model = backend_model(preset, torch.float32, device, args.backend)
         batch = fcc_batch(int(n_atoms), LATTICE, (29,), torch.float32, device)
         row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
         try:
@@ -164,18 +174,18 @@ def _dd_step_time(
     _reset_memory(device)
     seconds = median_seconds(lambda: dd.model(owned, ("energy", "forces")), args.repeats, device)
     total = int(mesh.all_reduce(torch.tensor([total], device=device), "sum").item())
+    resident = torch.cuda.memory_allocated(device) / 2**30
+    print(f"rank {mesh.rank}: {total} atoms, {resident:.2f} GiB held between steps", flush=True)
     return seconds, total, _peak_gib(device)
 
 
 def multi(args: argparse.Namespace) -> dict[str, Any]:
     """Weak and strong scaling (or one --largest size) over every GPU of the job."""
-    from nvdd_plugins.comm import SimulatedMesh
+    from nvdd_plugins.comm import LocalCommunicator
 
     manager = DistributedManager.initialize()
     rank, size = manager.rank, manager.world_size
-    wrapper = MACEWrapper(
-        to_cuequivariance(mace_model(args.preset, (29,), torch.float32).to(manager.device))
-    )
+    wrapper = MACEWrapper(backend_model(args.preset, torch.float32, manager.device, args.backend))
     out: dict[str, Any] = {"gpus": size, "preset": args.preset, "rank": rank}
     if args.largest:
         seconds, atoms, peak = _dd_step_time(wrapper, args.largest, manager.mesh, args)
@@ -188,7 +198,7 @@ def multi(args: argparse.Namespace) -> dict[str, Any]:
         return out
     one = {}
     if rank == 0:  # one GPU alone first; the other ranks wait
-        local = SimulatedMesh(1).communicator(0)
+        local = LocalCommunicator()
         for n in (args.per_gpu, args.strong):
             one[n] = _dd_step_time(wrapper, n, local, args)
             print(f"1 GPU: {one[n][1]} atoms {one[n][0] * 1e3:.1f} ms", flush=True)
@@ -227,6 +237,9 @@ def main() -> None:
     parser.add_argument("--skin", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--e3nn", action="store_true", help="single: time plain e3nn too")
+    parser.add_argument(
+        "--backend", choices=["cueq", "e3nn"], default="cueq", help="the model on both sides"
+    )
     parser.add_argument(
         "--float64-check", action="store_true", help="single: both float32 forces vs float64"
     )

@@ -35,7 +35,7 @@ def measure(
         evaluator = ModelEvaluator(wrapper, skin)
         row["bare_s"] = median_seconds(lambda: evaluator(batch), repeats, device)
         del evaluator
-    owned = batch.to()
+    owned = batch.copy()
     owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=device))
     distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
     distributed.setup(owned)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
 from nvdd_plugins.distributed_model import DistributedModel
-from nvdd_plugins.dynamics import HookScope
-from nvdd_plugins.parallel import DistributedManager, DomainParallel
+from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
 
 __all__ = [
     "AtomicData",

@@ -100,6 +100,19 @@ def test_imports_follow_the_layers() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_dynamics_knows_nothing_of_ranks() -> None:
+    """Integrators and hooks run in one process; distribution reaches them only as an
+    injected evaluator, so nothing in `dynamics` imports a package that knows of ranks."""
+    distributed = {"comm", "decomposition", "distributed_model"}
+    found = [
+        f"{path.relative_to(REPO)}:{line} imports {target}"
+        for path in sorted((REPO / "nvdd_plugins" / "dynamics").rglob("*.py"))
+        for target, _, line in _imports(path)
+        if _package(target) in distributed
+    ]
+    assert not found, "\n".join(found)
+
+
 @pytest.mark.parametrize(
     ("source", "target", "expected"),
     [

@@ -8,57 +8,13 @@ import ase
 import numpy as np
 import torch
 
-from nvdd_plugins.data.fields import KNOWN_FIELDS, FieldLevel, as_tensor, field_level
+from nvdd_plugins.data.fields import KNOWN_FIELDS, FieldLevel, as_tensor
+from nvdd_plugins.data.store import FieldStore
 
-__all__ = ["AtomicData", "fields_to_atoms", "validate_field"]
-
-
-def validate_field(
-    name: str, value: torch.Tensor, level: FieldLevel, count: int, check_values: bool = True
-) -> torch.Tensor:
-    """Check a field's shape (leading size `count`) and values; return it normalised.
-
-    `check_values=False` skips the value checks (NaN, bounds), which sync a GPU; shapes are
-    always checked. Raises ValueError naming the field on a wrong shape or bad values.
-    """
-    spec = KNOWN_FIELDS.get(name)
-    if spec is None:
-        if value.dim() == 0 or value.shape[0] != count:
-            raise ValueError(
-                f"{name}: a {level.value}-level field needs leading size {count}, "
-                f"got shape {tuple(value.shape)}"
-            )
-        return value
-    if name == "edge_index":
-        if value.dim() != 2 or value.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, n_edges), got {tuple(value.shape)}")
-        return value.long()
-    if spec.level is FieldLevel.SYSTEM and tuple(value.shape) == spec.trailing:
-        value = value.unsqueeze(0)  # one system given without its leading axis
-    expected = (count, *spec.trailing)
-    if tuple(value.shape) != expected:
-        raise ValueError(
-            f"{name} must have shape {expected} ({level.value}-level field), "
-            f"got {tuple(value.shape)}"
-        )
-    if spec.kind == "bool":
-        return value.bool()
-    if spec.kind == "int":
-        value = value.long()
-    elif not value.is_floating_point():
-        value = value.to(torch.get_default_dtype())
-    if not check_values:
-        return value
-    if spec.kind == "float" and not bool(torch.isfinite(value).all()):
-        raise ValueError(f"{name} contains NaN or infinite values")
-    if spec.sign is not None:
-        wrong = value <= 0 if spec.sign == "positive" else value < 0
-        if bool(wrong.any()):
-            raise ValueError(f"{name} must be {spec.sign}")
-    return value
+__all__ = ["AtomicData", "fields_to_atoms"]
 
 
-class AtomicData:
+class AtomicData(FieldStore):
     """One atomic system.
 
     Args:
@@ -85,15 +41,12 @@ class AtomicData:
         stress: torch.Tensor | None = None,
         charges: torch.Tensor | None = None,
     ) -> None:
-        self._node: dict[str, torch.Tensor] = {}
-        self._edge: dict[str, torch.Tensor] = {}
-        self._system: dict[str, torch.Tensor] = {}
         positions = as_tensor(positions, "positions")
         if positions.dim() != 2 or positions.shape[-1] != 3:
             raise ValueError(
                 f"positions must have shape (n_atoms, 3), got {tuple(positions.shape)}"
             )
-        self._n_atoms = positions.shape[0]
+        super().__init__({}, {}, {}, num_graphs=1, num_nodes=positions.shape[0])
         dtype = positions.dtype if positions.is_floating_point() else torch.get_default_dtype()
         self.add_node_property("positions", positions.to(dtype))
         self.add_node_property("atomic_numbers", as_tensor(atomic_numbers, "atomic_numbers"))
@@ -117,86 +70,37 @@ class AtomicData:
     def from_atoms(cls, atoms: ase.Atoms, dtype: torch.dtype = torch.float64) -> AtomicData:
         """Build from `ase.Atoms`: positions, numbers, masses, cell, pbc, and velocities,
         charges when the Atoms carry them (velocities stay in ASE's internal unit)."""
-        data = cls(
+        return cls(
             positions=torch.as_tensor(atoms.get_positions(), dtype=dtype),
             atomic_numbers=torch.as_tensor(atoms.get_atomic_numbers(), dtype=torch.long),
             atomic_masses=torch.as_tensor(atoms.get_masses(), dtype=dtype),
             cell=torch.as_tensor(np.asarray(atoms.get_cell()), dtype=dtype),
             pbc=torch.as_tensor(atoms.get_pbc()),
+            velocities=atoms.get_velocities() if atoms.has("momenta") else None,
+            charges=atoms.get_initial_charges() if atoms.has("initial_charges") else None,
         )
-        if atoms.has("momenta"):
-            data.add_node_property(
-                "velocities", torch.as_tensor(atoms.get_velocities(), dtype=dtype)
-            )
-        if atoms.has("initial_charges"):
-            data.add_node_property(
-                "charges", torch.as_tensor(atoms.get_initial_charges(), dtype=dtype)
-            )
-        return data
 
     def to_atoms(self) -> ase.Atoms:
         """Convert to `ase.Atoms` (positions, numbers, masses, cell, pbc, velocities)."""
         return fields_to_atoms(dict((name, value) for name, _, value in self.fields()))
 
-    # -- properties -------------------------------------------------------------------------
-    @property
-    def num_nodes(self) -> int:
-        """Number of atoms."""
-        return self._n_atoms
-
-    @property
-    def num_edges(self) -> int:
-        """Number of edges (0 when no neighbour list is attached)."""
-        edge_index = self._edge.get("edge_index")
-        return 0 if edge_index is None else edge_index.shape[1]
-
-    def _store(self, level: FieldLevel) -> dict[str, torch.Tensor]:
-        return {FieldLevel.NODE: self._node, FieldLevel.EDGE: self._edge}.get(level, self._system)
-
-    def _add(self, name: str, value: object, level: FieldLevel, count: int) -> None:
-        known = field_level(name)
-        if known is not None and known is not level:
-            raise ValueError(f"{name} is a {known.value}-level field, not {level.value}-level")
-        tensor = as_tensor(value, name)
-        if tensor.is_floating_point() and "positions" in self._node:
-            tensor = tensor.to(self._node["positions"].dtype)
-        self._store(level)[name] = validate_field(name, tensor, level, count)
-
-    def add_node_property(self, name: str, value: torch.Tensor) -> None:
-        """Attach a per-atom field with leading size n_atoms (e.g. "velocities")."""
-        self._add(name, value, FieldLevel.NODE, self._n_atoms)
-
-    def add_edge_property(self, name: str, value: torch.Tensor) -> None:
-        """Attach a per-edge field (edge_index is (2, n_edges); others lead with n_edges)."""
-        count = value.shape[-1] if name == "edge_index" else self.num_edges
-        self._add(name, value, FieldLevel.EDGE, count)
-
-    def add_system_property(self, name: str, value: torch.Tensor | float) -> None:
-        """Attach a per-system field (leading size 1, e.g. "energy")."""
-        tensor = as_tensor(value, name)
-        if name not in KNOWN_FIELDS and (tensor.dim() == 0 or tensor.shape[0] != 1):
+    def _normalised(self, name: str, tensor: torch.Tensor, level: FieldLevel) -> torch.Tensor:
+        """Floating fields take the positions' dtype; a user-defined system field may be
+        given without its leading axis."""
+        unknown_system = level is FieldLevel.SYSTEM and name not in KNOWN_FIELDS
+        if unknown_system and (tensor.dim() == 0 or tensor.shape[0] != 1):
             tensor = tensor.unsqueeze(0)
-        self._add(name, tensor, FieldLevel.SYSTEM, 1)
+        if tensor.is_floating_point() and "positions" in self:
+            tensor = tensor.to(self.dtype)
+        return tensor
 
     def fields(self) -> Iterator[tuple[str, FieldLevel, torch.Tensor]]:
         """All fields as (name, level, tensor)."""
-        for level in FieldLevel:
-            for name, value in self._store(level).items():
-                yield name, level, value
-
-    def __getattr__(self, name: str) -> torch.Tensor:
-        for store in ("_node", "_edge", "_system"):
-            fields = self.__dict__.get(store, {})
-            if name in fields:
-                return fields[name]
-        raise AttributeError(f"AtomicData has no field {name!r}")
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._node or name in self._edge or name in self._system
+        return ((n, lv, v) for lv, fields in self._levels.items() for n, v in fields.items())
 
     def __repr__(self) -> str:
         names = ", ".join(name for name, _, _ in self.fields())
-        return f"AtomicData(n_atoms={self._n_atoms}, fields=[{names}])"
+        return f"AtomicData(n_atoms={self.num_nodes}, fields=[{names}])"
 
 
 def fields_to_atoms(fields: dict[str, torch.Tensor]) -> ase.Atoms:

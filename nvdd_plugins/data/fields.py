@@ -1,4 +1,5 @@
-"""Field registry: which tensors are per-atom, per-edge or per-system, and their shapes."""
+"""Field registry: which tensors are per-atom, per-edge or per-system, their shapes, and the
+check a written field passes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from enum import StrEnum
 
 import torch
 
-__all__ = ["KNOWN_FIELDS", "FieldLevel", "FieldSpec", "as_tensor", "field_level"]
+__all__ = [
+    "KNOWN_FIELDS",
+    "FieldLevel",
+    "FieldSpec",
+    "as_tensor",
+    "field_level",
+    "validate_field",
+]
 
 
 class FieldLevel(StrEnum):
@@ -71,3 +79,48 @@ def as_tensor(value: object, name: str) -> torch.Tensor:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as err:
         raise TypeError(f"{name}: cannot convert {type(value).__name__} to a tensor") from err
+
+
+def validate_field(
+    name: str, value: torch.Tensor, level: FieldLevel, count: int, check_values: bool = True
+) -> torch.Tensor:
+    """Check a field's shape (leading size `count`) and values; return it normalised.
+
+    `check_values=False` skips the value checks (NaN, bounds), which sync a GPU; shapes are
+    always checked. Raises ValueError naming the field on a wrong shape or bad values.
+    """
+    spec = KNOWN_FIELDS.get(name)
+    if spec is None:
+        if value.dim() == 0 or value.shape[0] != count:
+            raise ValueError(
+                f"{name}: a {level.value}-level field needs leading size {count}, "
+                f"got shape {tuple(value.shape)}"
+            )
+        return value
+    if name == "edge_index":
+        if value.dim() != 2 or value.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, n_edges), got {tuple(value.shape)}")
+        return value.long()
+    if spec.level is FieldLevel.SYSTEM and tuple(value.shape) == spec.trailing:
+        value = value.unsqueeze(0)  # one system given without its leading axis
+    expected = (count, *spec.trailing)
+    if tuple(value.shape) != expected:
+        raise ValueError(
+            f"{name} must have shape {expected} ({level.value}-level field), "
+            f"got {tuple(value.shape)}"
+        )
+    if spec.kind == "bool":
+        return value.bool()
+    if spec.kind == "int":
+        value = value.long()
+    elif not value.is_floating_point():
+        value = value.to(torch.get_default_dtype())
+    if not check_values:
+        return value
+    if spec.kind == "float" and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if spec.sign is not None:
+        wrong = value <= 0 if spec.sign == "positive" else value < 0
+        if bool(wrong.any()):
+            raise ValueError(f"{name} must be {spec.sign}")
+    return value

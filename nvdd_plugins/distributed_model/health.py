@@ -7,7 +7,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator
 
-__all__ = ["NonFiniteError", "invalid_atoms", "non_finite_report"]
+__all__ = ["NonFiniteError", "any_non_finite", "invalid_atoms", "non_finite_report"]
 
 _SHOWN_IDS = 10
 
@@ -16,23 +16,31 @@ class NonFiniteError(FloatingPointError):
     """A position, force or energy became NaN or infinite; raised on every rank alike."""
 
 
-def invalid_atoms(
+def any_non_finite(
     positions: torch.Tensor,
     energy: torch.Tensor | None = None,
     per_atom: tuple[torch.Tensor | None, ...] = (),
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mask of atoms whose position or `per_atom` value (forces, energies; one row per
-    atom) is non-finite, whether anything incl. `energy` is), on the positions' device (no
-    host synchronisation)."""
+) -> torch.Tensor:
+    """0-d bool: is anything in these tensors NaN or infinite? One sum per tensor, on the
+    device (no host synchronisation): a non-finite element makes its sum non-finite."""
+    total = positions.sum()
+    for values in (energy, *per_atom):
+        if values is not None:
+            total = total + values.detach().sum().to(total.dtype)
+    return ~torch.isfinite(total)
+
+
+def invalid_atoms(
+    positions: torch.Tensor, per_atom: tuple[torch.Tensor | None, ...] = ()
+) -> torch.Tensor:
+    """Mask of the atoms whose position or `per_atom` value (forces, energies; one row per
+    atom) is NaN or infinite."""
     invalid = ~torch.isfinite(positions).all(dim=1)
     for values in per_atom:
         if values is not None and values.shape[0] == positions.shape[0]:
             finite = torch.isfinite(values)
             invalid |= ~(finite.flatten(1).all(dim=1) if finite.dim() > 1 else finite)
-    anything = invalid.any()
-    if energy is not None:
-        anything = anything | ~torch.isfinite(energy).all()
-    return invalid, anything
+    return invalid
 
 
 def non_finite_report(

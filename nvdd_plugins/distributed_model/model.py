@@ -12,7 +12,12 @@ from nvdd_plugins.comm import Communicator, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD, HaloDomain
-from nvdd_plugins.distributed_model.health import NonFiniteError, invalid_atoms, non_finite_report
+from nvdd_plugins.distributed_model.health import (
+    NonFiniteError,
+    any_non_finite,
+    invalid_atoms,
+    non_finite_report,
+)
 from nvdd_plugins.distributed_model.results import check_energies, consolidate
 from nvdd_plugins.distributed_model.runner import SpecRunner
 from nvdd_plugins.distributed_model.view import HaloView
@@ -40,6 +45,8 @@ class DistributedModel(nn.Module):
         config: the `DomainConfig` (cutoff must cover the model's).
         mesh: communicator; default `config.mesh`.
     """
+
+    uses_batch_neighbors = False  # the halo view carries its own list (see `compute_view`)
 
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
@@ -128,9 +135,11 @@ class DistributedModel(nn.Module):
         self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
     ) -> bool:
         energy, *per_atom = self._last_results
-        invalid, anything = invalid_atoms(positions.detach(), energy, per_atom)
-        status = self.domain.needs_rebuild(positions, cell, anything)
+        positions = positions.detach()
+        non_finite = any_non_finite(positions, energy, tuple(per_atom))
+        status = self.domain.needs_rebuild(positions, cell, non_finite)
         if status == NON_FINITE:
+            invalid = invalid_atoms(positions, tuple(per_atom))
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
         return status == REBUILD
 

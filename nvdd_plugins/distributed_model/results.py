@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.spec import MLIPSpec, OutputKind
+from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned, Transform
 
 __all__ = ["check_energies", "consolidate"]
 
@@ -37,10 +39,10 @@ def consolidate(
     local_rows: bool,
     checking: bool,
 ) -> dict[str, torch.Tensor]:
-    """Detached results by OutputKind; per-atom ones for owned rows, or for all local rows
-    (ghost rows zero unless the output is a gradient) when `local_rows`. `checking`: also
-    check that a model differentiating its own energy sums its per-atom energies."""
-    kinds = spec.output_kinds
+    """Detached results, each consolidated by its OutputKind's collective; per-atom ones for
+    owned rows, or for all local rows (ghost rows zero unless the output is a gradient) when
+    `local_rows`. `checking`: also check that a model differentiating its own energy sums its
+    per-atom energies."""
     if spec.gradient_outputs and "energy" in out and checking:
         model_energy = out["energy"].detach().sum()
         if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
@@ -49,45 +51,48 @@ def consolidate(
                 "per-atom energies over systems (batch index); its own gradients would "
                 "count ghost atoms"
             )
+    collectives = _collectives(spec, comm, view, local_rows)
+
+    def by_kind(kind: OutputKind, name: str, value: torch.Tensor) -> torch.Tensor:
+        step = collectives.get(type(kind.collective))
+        return value.detach() if step is None else step(name, value)
+
     result: dict[str, torch.Tensor] = {}
     for name, value in out.items():
         if name in ("energy", "energies") or name in derived:
             continue
-        kind = kinds.get(name)
+        kind = spec.output_kinds.get(name)
         if kind is None:
             raise DistributionRuleError(
                 f"output {name!r} has no OutputKind in the spec's output_kinds"
             )
-        if kind is OutputKind.PER_NODE:
-            result[name] = _per_node(spec, comm, name, value, view, local_rows)
-        elif kind is OutputKind.PER_GRAPH:
-            result[name] = comm.all_reduce(value.detach(), "sum")
-        else:
-            result[name] = value.detach()
-    result["energies"] = _per_node(spec, comm, "energies", out["energies"], view, local_rows)
-    result["energy"] = comm.all_reduce(partial.detach().reshape(1), "sum")
-    if "forces" in derived:
+        result[name] = by_kind(kind, name, value)
+    result["energies"] = by_kind(OutputKind.PER_NODE, "energies", out["energies"])
+    result["energy"] = by_kind(OutputKind.PER_GRAPH, "energy", partial.reshape(1))
+    if "forces" in derived:  # autograd of the owned partial energy: complete on owned rows
         result["forces"] = derived["forces"].detach()
     if "stress" in derived:
-        result["stress"] = comm.all_reduce(derived["stress"].detach(), "sum")
+        result["stress"] = by_kind(OutputKind.PER_GRAPH, "stress", derived["stress"])
     return result
 
 
-def _per_node(
-    spec: MLIPSpec,
-    comm: Communicator,
-    name: str,
-    value: torch.Tensor,
-    view: HaloView,
-    local_rows: bool,
-) -> torch.Tensor:
-    gradient = name in spec.gradient_outputs
-    if not local_rows:
-        if gradient:
+def _collectives(
+    spec: MLIPSpec, comm: Communicator, view: HaloView, local_rows: bool
+) -> dict[type[Transform], Callable[[str, torch.Tensor], torch.Tensor]]:
+    """How each collective consolidates a named output of this rank's view."""
+
+    def owned_rows(name: str, value: torch.Tensor) -> torch.Tensor:
+        if name in spec.gradient_outputs:
+            if local_rows:
+                return value[: view.n_local].detach()
             value = sum_ghosts_into_owners(value.detach(), view.slot(comm))
-        return value[: view.n_owned].detach()
-    if gradient:
-        return value[: view.n_local].detach()
-    rows = torch.zeros_like(value[: view.n_local])
-    rows[: view.n_owned] = value[: view.n_owned]
-    return rows.detach()
+        if not local_rows:
+            return value[: view.n_owned].detach()
+        rows = torch.zeros_like(value[: view.n_local])
+        rows[: view.n_owned] = value[: view.n_owned]
+        return rows.detach()
+
+    return {
+        SliceOwned: owned_rows,
+        AllReduceSum: lambda name, value: comm.all_reduce(value.detach(), "sum"),
+    }

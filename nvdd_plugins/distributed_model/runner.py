@@ -2,8 +2,9 @@
 
 The first forward after each rebuild runs eagerly under op interception with the checks on
 (sentinel indices, stale in-place targets, opaque ops). Later forwards run compiled
-(`compile=True`), without interception when the spec's aggregations are all marked (and the
-claim held once), or eagerly under interception.
+(`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
+without interception when its aggregations are all marked, without the edges into ghost rows
+when they all write onto one row of `edge_index`; otherwise eagerly under interception.
 """
 
 from __future__ import annotations
@@ -46,8 +47,12 @@ class SpecRunner:
         self.config = config
         self.comm = comm
         self.checking = True
-        # eager forwards skip op interception once the spec's aggregations_marked claim held
-        self._marks_verified = False
+        distribution = spec.distribution
+        # eager forwards take the spec's shortcuts (no op interception, no edges into ghost
+        # rows) once a forward taking them agreed with the reference one
+        self._marked = distribution.aggregations_marked and not config.compile
+        self._target_row = None if config.compile else distribution.edge_target_row
+        self._claims_verified = not (self._marked or self._target_row is not None)
         self._compiled: Any = None
         self._slot = HaloSlot()
 
@@ -56,7 +61,8 @@ class SpecRunner:
         self.checking = True
 
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
-        """The model's outputs on `view` (`batch` is the view as model input)."""
+        """The model's outputs on `view` (`batch` is the view as model input; eager forwards
+        may replace its "edge_index")."""
         ctx = HaloContext(
             view.n_rows,
             view.n_owned,
@@ -69,35 +75,57 @@ class SpecRunner:
             with replaced_helpers(self.spec.distribution.third_party_helpers):
                 if self.config.compile and not self.checking:
                     return self._compiled_forward(batch.device)(batch, ctx)
-                if self._marks_verified and not self.checking:
+                if not self._claims_verified:
+                    return self._verified_forward(batch, ctx)
+                batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+                if self._marked and not self.checking:
                     with refreshing_marks(ctx.refresh_rows):
                         return self.model(batch)
-                out = self._forward_in_mode(batch, ctx, check_indices=self.checking)
-                if self.spec.distribution.aggregations_marked and not self._marks_verified:
-                    self._verify_marks(batch, ctx, out["energies"][: view.n_owned])
-                return out
+                return self._forward_in_mode(batch, ctx, check_indices=self.checking)
         except IndexError as err:
             if str(view.n_rows) in str(err):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
 
-    def _verify_marks(self, batch: Batch, ctx: HaloContext, owned_energies: torch.Tensor) -> None:
-        """Check a spec's `aggregations_marked` claim (collective): the owned per-atom energies
-        of a forward without interception must equal the intercepted ones."""
-        with torch.no_grad(), refreshing_marks(ctx.refresh_rows):
-            energies = self.model(batch)["energies"][: ctx.n_owned]
-        owned = owned_energies.detach()
+    def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
+        """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
+        says every aggregation writes onto one row of it."""
+        if self._target_row is None:
+            return edge_index
+        into_owned = edge_index[self._target_row] < ctx.n_owned
+        return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))
+
+    def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
+        """A checked forward that also tests the spec's shortcuts (collective): the reference
+        forward (under interception with the checks on, every edge) without gradients, then
+        the forward taking the shortcuts, whose outputs are returned once their owned
+        per-atom energies agree. Without gradients the reference's memory is free before
+        the returned forward builds its autograd graph, so this step needs no more memory
+        than the later ones."""
+        with torch.no_grad():
+            reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
+        batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+        if self._marked:
+            with refreshing_marks(ctx.refresh_rows):
+                out = self.model(batch)
+        else:
+            out = self._forward_in_mode(batch, ctx)
+        owned = reference[: ctx.n_owned]
+        claimed = out["energies"][: ctx.n_owned].detach()
         differs = ctx.n_owned > 0 and bool(
-            (energies - owned).abs().max() > 1e-5 * owned.abs().max().clamp_min(1.0)
+            (claimed - owned).abs().max() > 1e-5 * owned.abs().max().clamp_min(1.0)
         )
         wrong = torch.tensor([float(differs)], device=owned.device)
         if float(self.comm.all_reduce(wrong, "sum")) > 0:
             raise DistributionRuleError(
-                "the spec says aggregations_marked, but per-atom energies without op "
-                "interception differ from the intercepted ones: an aggregation onto atoms is "
-                "not passed through scattered_onto_nodes (or energies use per-system sums)"
+                "per-atom energies computed the way the spec allows (aggregations_marked: "
+                "without op interception; edge_target_row: without the edges into ghost "
+                "rows) differ from the intercepted ones on every edge: an aggregation onto "
+                "atoms is not passed through scattered_onto_nodes, energies use per-system "
+                "sums, or an aggregation writes onto the other row of edge_index"
             )
-        self._marks_verified = True
+        self._claims_verified = True
+        return out
 
     def _compiled_forward(self, device: torch.device) -> Any:
         """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""

@@ -1,22 +1,29 @@
-"""Dynamics: `BaseDynamics`, the shipped integrators, stages, scopes and hooks."""
+"""Dynamics: `BaseDynamics`, its `Evaluator`, the shipped integrators, stages and hooks."""
 
 from __future__ import annotations
 
-from nvdd_plugins.dynamics.base import BaseDynamics
+from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
-from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext, HookScope, due_hooks
+from nvdd_plugins.dynamics.stages import (
+    AttachedHook,
+    DynamicsStage,
+    Hook,
+    HookContext,
+    HookFunction,
+)
 
 __all__ = [
     "NVE",
+    "AttachedHook",
     "BaseDynamics",
     "DynamicsStage",
+    "Evaluator",
     "Hook",
     "HookContext",
-    "HookScope",
+    "HookFunction",
     "NVTLangevin",
     "NeighborListHook",
     "ThermoLogger",
     "TrajectoryWriter",
-    "due_hooks",
 ]

@@ -8,35 +8,50 @@ returns), so kinetic energy 1/2 m v^2 is in eV.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.stages import DynamicsStage, Hook, HookContext, due_hooks
+from nvdd_plugins.dynamics.stages import (
+    AttachedHook,
+    DynamicsStage,
+    Hook,
+    HookContext,
+    HookFunction,
+)
 from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 
 __all__ = ["BaseDynamics", "Evaluator"]
 
 logger = logging.getLogger(__name__)
 
-Evaluator = Callable[[Batch, Iterable[str]], dict[str, torch.Tensor]]
+
+class Evaluator(Protocol):
+    """How a dynamics evaluates its model (`ModelEvaluator` by default)."""
+
+    uses_batch_neighbors: bool  # a list on the batch is used (`NeighborListHook` may set it)
+
+    def __call__(self, batch: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
+        """The model's `properties` (energy, forces, ...) for `batch`'s atoms."""
+
+    def compute_view(self, batch: Batch) -> Batch:
+        """The batch the model is evaluated on, as compute-stage hooks see it."""
 
 
 class BaseDynamics:
     """An integrator or optimizer over a `Batch`.
 
     Subclasses implement `pre_update` (before the force call) and `post_update` (after it);
-    both must be per-atom so they stay exact when each rank only sees its own atoms. The
-    model is evaluated through `self.evaluator`, which `DomainParallel` swaps for a
-    `DistributedModel`.
+    both must be per-atom so they stay exact when the batch holds only part of a system. The
+    model is evaluated through `self.evaluator`, an `Evaluator` that may be replaced.
 
     Args:
         model: the model wrapper.
         dt: time step, fs.
-        hooks: hooks fired at their `stage` every `frequency` steps.
+        hooks: hooks attached at their `stage` every `frequency` steps (see `attach`).
         skin: Verlet skin (Å) of the single-process neighbour list.
     """
 
@@ -54,12 +69,12 @@ class BaseDynamics:
             raise ValueError(f"dt must be a positive number of fs, got {dt!r}")
         self.model = model
         self.dt = float(dt)
-        self.hooks: list[Hook] = list(hooks)
         self.evaluator: Evaluator = ModelEvaluator(model, skin)
-        self.compute_view: Callable[[Batch], Batch] = _same_batch
         self.step_count = 0
-        self.distributed = False
         self.results: dict[str, torch.Tensor] = {}
+        self._hooks: list[AttachedHook] = []
+        for hook in hooks:
+            self.attach(hook)
 
     @property
     def dt_internal(self) -> float:
@@ -88,15 +103,23 @@ class BaseDynamics:
         """Restore what `state_dict` returned."""
         self.step_count = int(state["step_count"])
 
-    # -- driving --------------------------------------------------------------------------
-    def _due(self, stage: DynamicsStage) -> list[Hook]:
-        return due_hooks(self.hooks, stage, self.step_count)
+    # -- hooks ----------------------------------------------------------------------------
+    def attach(
+        self, hook: HookFunction, interval: int | None = None, stage: DynamicsStage | None = None
+    ) -> None:
+        """Call `hook(ctx, stage)` at `stage` (default: `hook.stage`) every `interval` steps
+        (default: `hook.frequency`, else 1). Hooks of one stage fire in attachment order."""
+        self._hooks.append(AttachedHook.of(hook, interval, stage))
+
+    def _due(self, stage: DynamicsStage) -> list[AttachedHook]:
+        return [entry for entry in self._hooks if entry.due(stage, self.step_count)]
 
     def fire(self, stage: DynamicsStage, batch: Batch) -> None:
-        """Run this dynamics' hooks registered for `stage` that are due this step."""
-        for hook in self._due(stage):
-            hook(HookContext(batch, self.step_count, self, self.results, self.distributed), stage)
+        """Run this dynamics' hooks attached at `stage` that are due this step."""
+        for entry in self._due(stage):
+            entry.hook(HookContext(batch, self.step_count, self, self.results), stage)
 
+    # -- driving --------------------------------------------------------------------------
     def check_fields(self, batch: Batch) -> None:
         """Raise a clear error when the batch lacks a field this dynamics reads."""
         missing = [name for name in self.required_fields if name not in batch]
@@ -110,18 +133,18 @@ class BaseDynamics:
     def compute(self, batch: Batch) -> None:
         """Evaluate the model and store energy/forces (and stress) on the batch.
 
-        Compute-stage hooks see `self.compute_view(batch)`: the batch itself in one process,
-        the rank's padded compute view (owned + ghost atoms) under `DomainParallel`.
+        Compute-stage hooks see `self.evaluator.compute_view(batch)` (the batch itself in
+        one process).
         """
         if self._due(DynamicsStage.BEFORE_COMPUTE):
-            self.fire(DynamicsStage.BEFORE_COMPUTE, self.compute_view(batch))
+            self.fire(DynamicsStage.BEFORE_COMPUTE, self.evaluator.compute_view(batch))
         self.results = self.evaluator(batch, self.compute_properties)
         batch.forces = self.results["forces"]
         batch.energy = self.results["energy"]
         if "stress" in self.results:
             batch.stress = self.results["stress"]
         if self._due(DynamicsStage.AFTER_COMPUTE):
-            self.fire(DynamicsStage.AFTER_COMPUTE, self.compute_view(batch))
+            self.fire(DynamicsStage.AFTER_COMPUTE, self.evaluator.compute_view(batch))
 
     def prepare(self, batch: Batch) -> None:
         """Check fields and compute the initial forces if the batch has none."""
@@ -147,7 +170,3 @@ class BaseDynamics:
                 self.fire(DynamicsStage.ON_CONVERGE, batch)
                 break
         return batch
-
-
-def _same_batch(batch: Batch) -> Batch:
-    return batch

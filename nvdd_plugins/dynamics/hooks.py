@@ -10,7 +10,7 @@ import ase.io
 import ase.units
 from ase.calculators.singlepoint import SinglePointCalculator
 
-from nvdd_plugins.dynamics.stages import DynamicsStage, HookContext, HookScope
+from nvdd_plugins.dynamics.stages import DynamicsStage, HookContext
 from nvdd_plugins.geometry import VerletNeighborList
 
 __all__ = ["NeighborListHook", "ThermoLogger", "TrajectoryWriter", "temperature"]
@@ -25,8 +25,8 @@ class NeighborListHook:
     """Keep the model-cutoff neighbour list on the batch (`edge_index`, `shifts`,
     `unit_shifts`) from a Verlet list at cutoff + skin, for the model and for other hooks.
 
-    Register it on the integrator. Under `DomainParallel` the compute view already carries
-    the rank's list (built by `DistributedModel`), so the hook leaves it as it is.
+    Attach it to the integrator. An evaluator that keeps its own list (its compute view
+    already carries it) is left as it is.
     """
 
     stage = DynamicsStage.BEFORE_COMPUTE
@@ -37,19 +37,15 @@ class NeighborListHook:
 
     def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
         """Refresh the list on `ctx.batch`."""
-        if not ctx.distributed:
+        if ctx.dynamics.evaluator.uses_batch_neighbors:
             self.neighbors.attach(ctx.batch)
 
 
 class ThermoLogger:
-    """Print step, time (fs), potential/kinetic/total energy (eV) and temperature (K).
-
-    Under `DomainParallel` register it on the outer wrapper; its default scope RANK_ZERO
-    gathers the system to rank 0, which prints.
-    """
+    """Print step, time (fs), potential/kinetic/total energy (eV) and temperature (K) of the
+    batch it is given (the whole system)."""
 
     stage = DynamicsStage.AFTER_STEP
-    scope = HookScope.RANK_ZERO
 
     def __init__(self, frequency: int = 10, stream: TextIO | None = None) -> None:
         self.frequency = int(frequency)
@@ -80,10 +76,9 @@ class ThermoLogger:
 
 class TrajectoryWriter:
     """Append frames (positions, velocities, energy, forces) to an ASE-readable file
-    (`.traj`, `.xyz`/`.extxyz`, ...). Default scope RANK_ZERO: rank 0 writes the full system."""
+    (`.traj`, `.xyz`/`.extxyz`, ...), from the batch it is given (the whole system)."""
 
     stage = DynamicsStage.AFTER_STEP
-    scope = HookScope.RANK_ZERO
 
     def __init__(self, path: str | PathLike[str], frequency: int = 10) -> None:
         self.path = path

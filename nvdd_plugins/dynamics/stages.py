@@ -1,8 +1,8 @@
-"""Dynamics stages, hook scopes and the context a hook receives."""
+"""Dynamics stages, the context a hook receives and hook registrations."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -12,7 +12,7 @@ from nvdd_plugins.data import Batch
 if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
     from nvdd_plugins.dynamics.base import BaseDynamics
 
-__all__ = ["DynamicsStage", "Hook", "HookContext", "HookScope", "due_hooks"]
+__all__ = ["AttachedHook", "DynamicsStage", "Hook", "HookContext", "HookFunction"]
 
 
 class DynamicsStage(StrEnum):
@@ -25,33 +25,20 @@ class DynamicsStage(StrEnum):
     ON_CONVERGE = "on_converge"
 
 
-class HookScope(StrEnum):
-    """What a hook on the outer `DomainParallel` sees.
-
-    LOCAL: the rank's own atoms. RANK_ZERO: the full system gathered to rank 0 (runs there
-    only). GLOBAL: the full system gathered to every rank (identical everywhere).
-    """
-
-    LOCAL = "local"
-    RANK_ZERO = "rank_zero"
-    GLOBAL = "global"
-
-
 @dataclass
 class HookContext:
-    """What a hook receives: the batch it may read (and, for LOCAL hooks, modify), the
-    step count, the dynamics, the last model results and whether the run is distributed."""
+    """What a hook receives: the batch it may read (and modify, where it is the integrated
+    batch), the step count, the dynamics and the last model results."""
 
     batch: Batch
     step: int
     dynamics: BaseDynamics
     results: dict[str, Any] = field(default_factory=dict)
-    distributed: bool = False
 
 
 @runtime_checkable
 class Hook(Protocol):
-    """A callable with `stage` and `frequency` (and optional `scope`) attributes."""
+    """A callable with `stage` and `frequency` attributes, as `hooks=[...]` lists take."""
 
     stage: DynamicsStage
     frequency: int
@@ -60,10 +47,27 @@ class Hook(Protocol):
         """Run at `stage` every `frequency` steps."""
 
 
-def due_hooks(hooks: Sequence[Hook], stage: DynamicsStage, step: int) -> list[Hook]:
-    """The hooks registered for `stage` that fire at `step` (every `frequency` steps)."""
-    return [
-        hook
-        for hook in hooks
-        if hook.stage == stage and step % max(int(getattr(hook, "frequency", 1)), 1) == 0
-    ]
+HookFunction = Callable[[HookContext, DynamicsStage], None]
+
+
+@dataclass(frozen=True)
+class AttachedHook:
+    """A registered hook: called at `stage` on the steps that are multiples of `interval`."""
+
+    hook: HookFunction
+    stage: DynamicsStage
+    interval: int
+
+    @classmethod
+    def of(
+        cls, hook: HookFunction, interval: int | None = None, stage: DynamicsStage | None = None
+    ) -> AttachedHook:
+        """Register `hook`; `interval` defaults to its `frequency` (else 1) and `stage` to its
+        `stage`. An interval below 1 means every step."""
+        if interval is None:
+            interval = getattr(hook, "frequency", 1)
+        return cls(hook, hook.stage if stage is None else stage, max(int(interval), 1))
+
+    def due(self, stage: DynamicsStage, step: int) -> bool:
+        """Whether the hook fires at `stage` of step `step`."""
+        return self.stage == stage and step % self.interval == 0

@@ -53,7 +53,7 @@ class VerletNeighborList:
         if self._pairs is None or self._detector.needs_rebuild(
             positions, batch.cell, numbers=batch.atomic_numbers
         ):
-            listed = batch.to()
+            listed = batch.copy()
             attach_neighbor_list(listed, self.cutoff + self.skin)
             units = listed.unit_shifts
             self._pairs = (listed.edge_index, units, units.to(positions.dtype))

@@ -95,7 +95,7 @@ def evaluate_model(
     want_stress = "stress" in properties and "stress" in config.autograd_outputs
     positions = batch.positions.detach().requires_grad_(want_forces)
     strain = new_strain(batch.num_graphs, positions, want_stress) if want_stress else None
-    run = batch.to()
+    run = batch.copy()
     if strain is not None:
         run.positions, run.cell = apply_strain(positions, batch.cell, batch.batch_idx, strain)
         if "unit_shifts" in run:
@@ -122,6 +122,8 @@ class ModelEvaluator:
         skin: Verlet skin, Å.
     """
 
+    uses_batch_neighbors = True
+
     def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
         self.model = model
         config = model.model_config.neighbor_config
@@ -136,6 +138,10 @@ class ModelEvaluator:
         """Evaluate `batch`; returns detached outputs as `evaluate_model` does."""
         if "edge_index" in batch:
             return evaluate_model(self.model, batch, properties)
-        run = batch.to()
+        run = batch.copy()
         self.neighbors.attach(run)
         return evaluate_model(self.model, run, properties)
+
+    def compute_view(self, batch: Batch) -> Batch:
+        """`batch` itself, on which compute-stage hooks may leave a neighbour list."""
+        return batch

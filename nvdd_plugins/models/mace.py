@@ -20,6 +20,7 @@ from torch import nn
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -176,7 +177,8 @@ def marked_scatter_sum(
 
 def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter] = ()) -> MLIPSpec:
     """`SPEC_MPNN_HALO` with mace's interaction-block `scatter_sum` marked (so eager forwards
-    run without op interception), plus `kernels` and `helpers` of a backend."""
+    run without op interception) and messages written onto receivers only (so edges into
+    ghost rows are dropped), plus `kernels` and `helpers` of a backend."""
     marked = tuple(
         PythonAdapter(target=f"{module}:scatter_sum", replacement=marked_scatter_sum)
         for module in ("mace.modules.blocks", "mace.modules.wrapper_ops")
@@ -187,6 +189,7 @@ def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter
             custom_ops=tuple(kernels),
             third_party_helpers=(*marked, *helpers),
             aggregations_marked=True,
+            edge_target_row=1,  # mace: sender, receiver = edge_index
         ),
         output_kinds=SPEC_MPNN_HALO.output_kinds,
     )
@@ -216,9 +219,7 @@ def random_mace(
 
     block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
     energies = np.zeros(len(species)) if atomic_energies is None else np.array(atomic_energies)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with seeded_weights(seed):
         model = modules.ScaleShiftMACE(
             r_max=r_max,
             num_bessel=num_bessel,
@@ -239,8 +240,6 @@ def random_mace(
             atomic_inter_scale=interaction_scale,
             atomic_inter_shift=0.0,
         )
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)
 
 

@@ -16,6 +16,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.geometry import complete_cell, minimum_image, perpendicular_widths
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
+from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
 
 __all__ = ["SimpleMPNN"]
@@ -75,15 +76,13 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         super().__init__()
         if n_layers < 1:
             raise ValueError("n_layers must be >= 1")
-        generator_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)
-        self.embedding = nn.Embedding(max_atomic_number + 1, hidden)
-        self.layers = nn.ModuleList(
-            _Interaction(hidden, n_radial, use_index_add=(k % 2 == 0)) for k in range(n_layers)
-        )
-        self.readout = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
-        self.atomic_energy = nn.Embedding(max_atomic_number + 1, 1)
-        torch.random.set_rng_state(generator_state)
+        with seeded_weights(seed):
+            self.embedding = nn.Embedding(max_atomic_number + 1, hidden)
+            self.layers = nn.ModuleList(
+                _Interaction(hidden, n_radial, use_index_add=(k % 2 == 0)) for k in range(n_layers)
+            )
+            self.readout = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
+            self.atomic_energy = nn.Embedding(max_atomic_number + 1, 1)
         self.register_buffer("centers", torch.linspace(0.0, cutoff, n_radial))
         self.width = cutoff / n_radial
         self.model_config = ModelConfig(

@@ -1,8 +1,8 @@
-"""The native distributed API: `DistributedManager` and `DomainParallel`."""
+"""The native distributed API: `DistributedManager`, `DomainParallel` and `HookScope`."""
 
 from __future__ import annotations
 
-from nvdd_plugins.parallel.domain_parallel import DomainParallel
+from nvdd_plugins.parallel.domain_parallel import DomainParallel, HookScope
 from nvdd_plugins.parallel.manager import DistributedManager
 
-__all__ = ["DistributedManager", "DomainParallel"]
+__all__ = ["DistributedManager", "DomainParallel", "HookScope"]

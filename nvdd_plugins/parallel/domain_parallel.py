@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from enum import StrEnum
 from types import TracebackType
 
 import torch
@@ -14,12 +15,14 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
 from nvdd_plugins.dynamics import (
+    AttachedHook,
     BaseDynamics,
     DynamicsStage,
     Hook,
     HookContext,
-    HookScope,
-    due_hooks,
+    HookFunction,
+    ThermoLogger,
+    TrajectoryWriter,
 )
 from nvdd_plugins.parallel.checkpoint import (
     CheckpointPath,
@@ -27,9 +30,21 @@ from nvdd_plugins.parallel.checkpoint import (
     save_domain_checkpoint,
 )
 
-__all__ = ["DomainParallel"]
+__all__ = ["DomainParallel", "HookScope"]
 
 logger = logging.getLogger(__name__)
+
+
+class HookScope(StrEnum):
+    """What a hook on the outer `DomainParallel` sees.
+
+    LOCAL: the rank's own atoms. RANK_ZERO: the full system gathered to rank 0 (runs there
+    only). GLOBAL: the full system gathered to every rank (identical everywhere).
+    """
+
+    LOCAL = "local"
+    RANK_ZERO = "rank_zero"
+    GLOBAL = "global"
 
 
 def _fingerprint(batch: Batch) -> list[tuple[str, int, int]]:
@@ -40,16 +55,15 @@ def _fingerprint(batch: Batch) -> list[tuple[str, int, int]]:
 class DomainParallel:
     """Run `dynamics` domain-decomposed: each rank integrates its own atoms.
 
-    The inner integrator is unchanged; its model is evaluated through a `DistributedModel`
-    and its compute-stage hooks see the rank's padded compute view. Hooks given here run at
-    BEFORE_STEP / AFTER_STEP / ON_CONVERGE with their `scope`: LOCAL (own atoms), RANK_ZERO
-    (full system gathered on rank 0) or GLOBAL (full system on every rank).
+    The inner integrator is unchanged: its evaluator becomes a `DistributedModel`, so its
+    compute-stage hooks see the rank's padded compute view. Outer hooks (see `attach`) run
+    at BEFORE_STEP / AFTER_STEP / ON_CONVERGE with a `HookScope`.
 
     Args:
         dynamics: the integrator or optimizer.
         config: the `DomainConfig` (its mesh, or the manager's, is the communicator).
         n_steps: steps `run()` takes by default.
-        hooks: outer hooks.
+        hooks: outer hooks, attached with their own `stage`, `frequency` and `scope`.
     """
 
     def __init__(
@@ -62,13 +76,29 @@ class DomainParallel:
         self.dynamics = dynamics
         self.config = config
         self.n_steps = int(n_steps)
-        self.hooks = list(hooks)
         self.model = DistributedModel(dynamics.model, config)
         self.comm: Communicator = self.model.comm
         dynamics.evaluator = self.model
-        dynamics.compute_view = self.model.compute_view
-        dynamics.distributed = True
         self.batch: Batch | None = None
+        self._hooks: list[tuple[AttachedHook, HookScope]] = []
+        for hook in hooks:
+            self.attach(hook)
+
+    def attach(
+        self,
+        hook: HookFunction,
+        interval: int | None = None,
+        stage: DynamicsStage | None = None,
+        scope: HookScope | None = None,
+    ) -> None:
+        """Call `hook(ctx, stage)` at `stage` (default: `hook.stage`) every `interval` steps
+        (default: `hook.frequency`, else 1) with `ctx.batch` as `scope` says. The default
+        scope is `hook.scope`, else RANK_ZERO for `ThermoLogger` and `TrajectoryWriter`
+        (they report on the whole system), else LOCAL."""
+        if scope is None:
+            reports = isinstance(hook, ThermoLogger | TrajectoryWriter)
+            scope = getattr(hook, "scope", HookScope.RANK_ZERO if reports else HookScope.LOCAL)
+        self._hooks.append((AttachedHook.of(hook, interval, stage), HookScope(scope)))
 
     # -- context manager --------------------------------------------------------------------
     def __enter__(self) -> DomainParallel:
@@ -91,7 +121,7 @@ class DomainParallel:
         if problem:
             raise ValueError(f"partition(): {problem}")
         if self.comm.rank == 0:
-            full = full.to()
+            full = full.copy()
             if "global_ids" not in full:
                 full.add_node_property(
                     "global_ids", torch.arange(full.num_nodes, device=full.device)
@@ -159,24 +189,22 @@ class DomainParallel:
 
     def _fire(self, stage: DynamicsStage, batch: Batch) -> None:
         step = self.dynamics.step_count
-        due = due_hooks(self.hooks, stage, step)
+        due = [(entry, scope) for entry, scope in self._hooks if entry.due(stage, step)]
         if not due:
             return
-        scopes = {HookScope(getattr(h, "scope", HookScope.LOCAL)) for h in due}
-        full = self.gather(batch) if scopes - {HookScope.LOCAL} else None
-        for hook in due:
-            scope = HookScope(getattr(hook, "scope", HookScope.LOCAL))
+        full = self.gather(batch) if any(s is not HookScope.LOCAL for _, s in due) else None
+        for entry, scope in due:
             if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
                 continue
             view = batch if scope is HookScope.LOCAL else full
             before = None if scope is HookScope.LOCAL else _fingerprint(view)
-            hook(HookContext(view, step, self.dynamics, self.dynamics.results, True), stage)
+            entry.hook(HookContext(view, step, self.dynamics, self.dynamics.results), stage)
             if before is not None and _fingerprint(view) != before:
                 raise RuntimeError(
-                    f"{type(hook).__name__} ({scope.name} scope) changed ctx.batch, a gathered "
-                    "copy of the system whose changes go nowhere: change atoms in a LOCAL hook "
-                    "(it gets this rank's own atoms), or keep global results on the hook or "
-                    "the integrator"
+                    f"{type(entry.hook).__name__} ({scope.name} scope) changed ctx.batch, a "
+                    "gathered copy of the system whose changes go nowhere: change atoms in a "
+                    "LOCAL hook (it gets this rank's own atoms), or keep global results on the "
+                    "hook or the integrator"
                 )
 
     def step(self, batch: Batch | None = None) -> None:

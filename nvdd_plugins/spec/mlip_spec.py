@@ -40,14 +40,22 @@ class DistributionSpec:
             energies do not depend on per-system sums. Eager forwards then run without op
             interception, whose per-op Python cost dominates small systems; the claim is
             checked once against an intercepted forward.
+        edge_target_row: the row of `edge_index` onto which every per-edge -> per-atom
+            aggregation writes (MACE: 1, its receivers), when there is one. An edge whose
+            target is a ghost row then only feeds that ghost row, which the halo refresh
+            overwrites, so eager forwards drop such edges (half of the edges that cross a
+            sub-domain face); the claim is checked once against a forward with every edge.
     """
 
     policy: StoragePolicy = field(default_factory=HaloStoragePolicy)
     custom_ops: tuple[OpAdapter, ...] = ()
     third_party_helpers: tuple[MethodAdapter | PythonAdapter | JitAdapter, ...] = ()
     aggregations_marked: bool = False
+    edge_target_row: int | None = None
 
     def __post_init__(self) -> None:
+        if self.edge_target_row not in (None, 0, 1):
+            raise ValueError(f"edge_target_row must be 0, 1 or None, got {self.edge_target_row!r}")
         object.__setattr__(self, "custom_ops", tuple(self.custom_ops))
         object.__setattr__(self, "third_party_helpers", tuple(self.third_party_helpers))
         for adapter in self.custom_ops:
@@ -66,6 +74,7 @@ class DistributionSpec:
             "custom_ops": [a.to_dict() for a in self.custom_ops],
             "third_party_helpers": [a.to_dict() for a in self.third_party_helpers],
             "aggregations_marked": self.aggregations_marked,
+            "edge_target_row": self.edge_target_row,
         }
 
     @classmethod
@@ -78,6 +87,7 @@ class DistributionSpec:
                 adapter_from_dict(a) for a in data.get("third_party_helpers", ())
             ),
             aggregations_marked=bool(data.get("aggregations_marked", False)),
+            edge_target_row=data.get("edge_target_row"),
         )
 
 
@@ -108,6 +118,11 @@ class MLIPSpec:
         for name in self.gradient_outputs:
             if kinds.get(name) is not OutputKind.PER_NODE:
                 raise ValueError(f"gradient output {name!r} must be declared PER_NODE")
+        if self.gradient_outputs and self.distribution.aggregations_marked:
+            raise ValueError(
+                "gradient_outputs needs op interception (it makes the energy the model "
+                "differentiates this rank's owned partial), so aggregations_marked must be False"
+            )
         if self.n_layers is not None and (not isinstance(self.n_layers, int) or self.n_layers < 1):
             raise ValueError(f"n_layers must be a positive integer or None, got {self.n_layers!r}")
 

@@ -99,3 +99,13 @@ def test_select_nodes_and_set_nodes() -> None:
 def test_to_changes_only_floating_dtypes() -> None:
     batch = Batch.from_data_list([_data()]).to(dtype=torch.float32)
     assert batch.positions.dtype == torch.float32 and batch.atomic_numbers.dtype == torch.long
+
+
+def test_copy_shares_tensors_and_clone_does_not() -> None:
+    batch = Batch.from_data_list([_data()])
+    copy, clone = batch.copy(), batch.clone()
+    copy.add_node_property("velocities", torch.zeros(4, 3, dtype=torch.float64))
+    assert "velocities" in copy and "velocities" not in batch
+    assert copy.positions is batch.positions and copy.batch_idx is batch.batch_idx
+    assert clone.positions is not batch.positions
+    assert torch.equal(clone.positions, batch.positions) and clone.ptr.tolist() == [0, 4]

@@ -14,11 +14,13 @@ from nvdd_plugins import AtomicData, Batch
 from nvdd_plugins.dynamics import (
     NVE,
     DynamicsStage,
+    HookContext,
     NeighborListHook,
     NVTLangevin,
     ThermoLogger,
     TrajectoryWriter,
 )
+from nvdd_plugins.models import ModelEvaluator
 from tests.helpers.systems import lj_model, triclinic_bulk
 
 
@@ -88,6 +90,64 @@ def test_hooks_fire_at_their_stage_and_frequency() -> None:
     before = [s for stage, s in calls if stage is DynamicsStage.BEFORE_STEP]
     compute = [s for stage, s in calls if stage is DynamicsStage.AFTER_COMPUTE]
     assert before == [0, 2] and compute == [0, 0, 3]
+
+
+def test_attach_registers_any_callable_and_reads_frequency_once() -> None:
+    calls = []
+
+    class Recorder:
+        stage, frequency = DynamicsStage.AFTER_STEP, 2
+
+        def __call__(self, ctx, stage):
+            calls.append(("recorder", ctx.step))
+
+    def plain(ctx: HookContext, stage: DynamicsStage) -> None:
+        calls.append(("plain", ctx.step))
+
+    dynamics = NVE(lj_model(), 1.0)
+    recorder = Recorder()
+    dynamics.attach(recorder)
+    dynamics.attach(plain, interval=3, stage=DynamicsStage.AFTER_STEP)
+    recorder.frequency = 1  # read when attached, not at every step
+    dynamics.run(_system(), 6)
+    expected = [("recorder", 2), ("plain", 3), ("recorder", 4), ("recorder", 6), ("plain", 6)]
+    assert calls == expected
+
+
+class _CountingEvaluator:
+    """The single-process evaluator behind the `Evaluator` seam, counting its calls."""
+
+    uses_batch_neighbors = True
+
+    def __init__(self, evaluator: ModelEvaluator) -> None:
+        self.evaluator, self.calls, self.views = evaluator, 0, 0
+
+    def __call__(self, batch, properties):
+        self.calls += 1
+        return self.evaluator(batch, properties)
+
+    def compute_view(self, batch):
+        self.views += 1
+        return batch
+
+
+def test_the_model_is_evaluated_through_the_injected_evaluator_only() -> None:
+    seen = []
+
+    def view_hook(ctx: HookContext, stage: DynamicsStage) -> None:
+        seen.append(ctx.batch)
+
+    reference = _system()
+    NVE(lj_model(), 2.0, skin=0.5).run(reference, 5)
+    dynamics = NVE(lj_model(), 2.0, skin=0.5)
+    counting = _CountingEvaluator(dynamics.evaluator)
+    dynamics.evaluator = counting
+    dynamics.attach(view_hook, stage=DynamicsStage.AFTER_COMPUTE)
+    batch = _system()
+    dynamics.run(batch, 5)
+    assert torch.equal(batch.positions, reference.positions)
+    assert counting.calls == counting.views == 6  # the initial forces, then one per step
+    assert all(view is batch for view in seen)
 
 
 def test_thermo_logger_and_trajectory_writer(tmp_path) -> None:

@@ -107,7 +107,9 @@ class _Invariants:
         assert local == expected, "the ghost shell misses pairs (or has extra ones)"
 
 
-def _run(comm, atoms: Atoms, velocities: np.ndarray, n_steps: int) -> tuple[int, int]:
+def _run(
+    comm, atoms: Atoms, velocities: np.ndarray, n_steps: int, every: int = 1
+) -> tuple[int, int]:
     batch = Batch.from_atoms(atoms)
     batch.add_node_property("velocities", torch.tensor(velocities))
     mass = float(batch.atomic_masses.sum())
@@ -115,7 +117,7 @@ def _run(comm, atoms: Atoms, velocities: np.ndarray, n_steps: int) -> tuple[int,
     config = DomainConfig(cutoff=CUTOFF, skin=0.4, mesh=comm)
     dd = DomainParallel(NVE(SoftSpheres(), 4.0), config, n_steps)
     check = _Invariants(dd, len(atoms), mass, momentum)
-    dd.hooks.append(check)
+    dd.attach(check, interval=every)
     dd.partition(batch if comm.rank == 0 else None)
     dd.run()
     return check.steps, dd.model.domain.migrated
@@ -137,13 +139,9 @@ def long_hot_gas(n_steps: int, world_size: int = 4, every: int = 50) -> tuple[in
     cell = [[14.0, 0.0, 0.0], [5.0, 13.0, 0.0], [-3.0, 2.0, 15.0]]
     atoms = Atoms(["Ar"] * 40, scaled_positions=rng.uniform(0, 1, (40, 3)), cell=cell, pbc=True)
     velocities = rng.normal(scale=0.4, size=(40, 3))
-    _Invariants.frequency = every
-    try:
-        reports = run_simulated(
-            world_size, lambda comm: _run(comm, atoms, velocities, n_steps), 3600
-        )
-    finally:
-        _Invariants.frequency = 1
+    reports = run_simulated(
+        world_size, lambda comm: _run(comm, atoms, velocities, n_steps, every), 3600
+    )
     assert len({steps for steps, _ in reports}) == 1
     return reports[0][0], sum(migrated for _, migrated in reports)
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 
 import numpy as np
 import pytest
+import torch
 from ase.md.velocitydistribution import thermalize_momenta
 
 from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.comm.launch import LaunchInfo, detect_launch, slurm_first_host
 from nvdd_plugins.comm.resolve import resolve_communicator
-from nvdd_plugins.dynamics import NVE, DynamicsStage
+from nvdd_plugins.dynamics import NVE, DynamicsStage, NeighborListHook, ThermoLogger
 from tests.helpers.systems import lj_model, triclinic_bulk
 
 
@@ -78,3 +80,63 @@ def test_writes_to_a_gathered_batch_are_refused() -> None:
 
     with pytest.raises(RuntimeError, match=r"_HalveVelocities \(GLOBAL scope\) changed ctx.batch"):
         run_simulated(2, run, timeout=60)
+
+
+def _hot_atoms():
+    atoms = triclinic_bulk()
+    thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(0))
+    return atoms
+
+
+def test_outer_hooks_attach_with_interval_and_scope() -> None:
+    atoms = _hot_atoms()
+
+    def run(comm):
+        whole, own = [], []
+
+        def on_whole(ctx, stage) -> None:
+            whole.append((ctx.step, ctx.batch.num_nodes))
+
+        def on_own(ctx, stage) -> None:
+            own.append((ctx.step, torch.equal(ctx.batch.global_ids, dd.batch.global_ids)))
+
+        model, stream = lj_model(), io.StringIO()
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)
+        logger = ThermoLogger(frequency=2, stream=stream)
+        with DomainParallel(NVE(model, 2.0), config, 4, hooks=[logger]) as dd:
+            dd.attach(on_whole, 2, DynamicsStage.AFTER_STEP, HookScope.GLOBAL)
+            dd.attach(on_own, interval=3, stage=DynamicsStage.BEFORE_STEP)
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            dd.run()
+        return whole, own, len(stream.getvalue().splitlines())
+
+    n = len(atoms)
+    reports = run_simulated(2, run, timeout=60)
+    for whole, own, _ in reports:
+        assert whole == [(2, n), (4, n)] and own == [(0, True), (3, True)]
+    assert [lines for *_, lines in reports] == [3, 0], "ThermoLogger prints on rank 0 only"
+
+
+def test_neighbor_list_hook_leaves_the_compute_view_list_alone() -> None:
+    atoms = _hot_atoms()
+
+    def run(comm, with_hook: bool):
+        edges = []
+
+        def record(ctx, stage) -> None:
+            edges.append(ctx.batch.edge_index.clone())
+
+        model = lj_model()
+        inner = NVE(model, 2.0, hooks=[NeighborListHook(model.cutoff, 0.3)] if with_hook else [])
+        inner.attach(record, stage=DynamicsStage.BEFORE_COMPUTE)
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)
+        with DomainParallel(inner, config, 3) as dd:
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            dd.run()
+        return edges
+
+    plain = run_simulated(2, lambda comm: run(comm, False), timeout=60)
+    hooked = run_simulated(2, lambda comm: run(comm, True), timeout=60)
+    for without, with_ in zip(plain, hooked, strict=True):
+        assert len(without) == len(with_) == 4
+        assert all(torch.equal(a, b) for a, b in zip(without, with_, strict=True))

@@ -92,6 +92,15 @@ def test_gradient_outputs_must_be_per_node() -> None:
         MLIPSpec(output_kinds={"forces": OutputKind.PER_GRAPH}, gradient_outputs={"forces"})
 
 
+def test_gradient_outputs_need_op_interception() -> None:
+    with pytest.raises(ValueError, match="aggregations_marked"):
+        MLIPSpec(
+            distribution=DistributionSpec(aggregations_marked=True),
+            output_kinds={"forces": OutputKind.PER_NODE},
+            gradient_outputs={"forces"},
+        )
+
+
 def test_local_functions_cannot_be_saved() -> None:
     def local(x):
         return x
@@ -103,3 +112,10 @@ def test_local_functions_cannot_be_saved() -> None:
     )
     with pytest.raises(ValueError, match="module level"):
         spec.to_dict()
+
+
+def test_each_output_kind_carries_the_transform_that_consolidates_it() -> None:
+    assert OutputKind.PER_NODE.collective == SliceOwned()
+    assert OutputKind.PER_GRAPH.collective == AllReduceSum()
+    assert OutputKind.GLOBAL.collective is None
+    assert OutputKind("per_graph") is OutputKind.PER_GRAPH and OutputKind.PER_NODE == "per_node"
