@@ -18,6 +18,7 @@ from nvdd_plugins.comm.primitives import (
     HaloSlot,
     all_reduce_sum,
     copy_to_ghosts,
+    copy_to_ghosts_,
     fill_ghosts_,
     sum_ghosts_into_owners,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "abort_job",
     "all_reduce_sum",
     "copy_to_ghosts",
+    "copy_to_ghosts_",
     "detect_launch",
     "end_job_on_exception",
     "fill_ghosts_",

@@ -1,13 +1,20 @@
-"""The halo exchange and the all-reduce as differentiable torch ops, eager and compiled alike.
+"""The halo exchange and the all-reduce as differentiable operations, eager and compiled alike.
 
 `copy_to_ghosts` overwrites ghost rows with their owners' rows; its adjoint,
 `sum_ghosts_into_owners`, adds ghost rows into their owners' rows and zeroes them. Each is
 the other's backward, so gradients that reach ghost rows flow back to the ranks that own the
 atoms; `all_reduce_sum` is its own adjoint.
 
-The ops take an integer slot, not the plan and communicator: a compiled forward would guard
-on those objects' identity and recompile at every rebuild, whereas a `HaloSlot` keeps its
-number while it is bound to each new plan.
+Each operation is defined once, in `_OPERATIONS`: its kernel (no autograd) and the operation
+its backward applies. Two ways in run that one table:
+  - eager calls: an `autograd.Function` that calls the kernel directly (a registered op's
+    dispatch would cost ~20 us a call, several percent of a small CPU step);
+  - compiled code (`torch.compiler.is_compiling()`): registered ops `nvdd::<name>` with
+    `register_autograd`, so the compiled graph stays whole around the exchange.
+
+The operations take an integer slot, not the plan and communicator: a compiled forward would
+guard on those objects' identity and recompile at every rebuild, whereas a `HaloSlot` keeps
+its number while it is bound to each new plan.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,6 +34,7 @@ __all__ = [
     "HaloSlot",
     "all_reduce_sum",
     "copy_to_ghosts",
+    "copy_to_ghosts_",
     "fill_ghosts_",
     "sum_ghosts_into_owners",
 ]
@@ -61,6 +70,7 @@ def _binding(slot: int) -> tuple[HaloPlan, Communicator]:
         raise RuntimeError(f"halo slot {slot} has no plan bound") from None
 
 
+# -- kernels: no autograd; each may overwrite its input and returns the result --------------
 def fill_ghosts_(x: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
     """Overwrite the ghost rows of `x` in place with their owners' rows and return `x` (no
     autograd: for data such as species and ids; differentiable: `copy_to_ghosts`)."""
@@ -74,33 +84,22 @@ def fill_ghosts_(x: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.T
     return x
 
 
-@torch.library.custom_op("nvdd::copy_to_ghosts", mutates_args=())
-def copy_to_ghosts(x: torch.Tensor, slot: int) -> torch.Tensor:
-    """A copy of `x` whose ghost rows hold their owners' rows (first dim = rows)."""
-    plan, comm = _binding(slot)
-    return fill_ghosts_(x.clone(), plan, comm)
-
-
-@torch.library.custom_op("nvdd::sum_ghosts_into_owners", mutates_args=())
-def sum_ghosts_into_owners(y: torch.Tensor, slot: int) -> torch.Tensor:
-    """A copy of `y` with its ghost rows added into their owners' rows, then zeroed."""
-    plan, comm = _binding(slot)
+def _add_ghosts_to_owners_(y: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
+    """Add the ghost rows of `y` into their owners' rows, then zero them; in place."""
     _check_rows(y, plan)
-    x = y.clone()
-    x[plan.n_owned : plan.n_local] = 0
-    if plan.self_dst.numel():
-        x.index_add_(0, plan.self_src, y.index_select(0, plan.self_dst))
+    images = y.index_select(0, plan.self_dst) if plan.self_dst.numel() else None
     sends = {p: y.index_select(0, rows) for p, rows in plan.recv_rows.items()}
+    y[plan.n_owned : plan.n_local] = 0
+    if images is not None:
+        y.index_add_(0, plan.self_src, images)
     received = comm.exchange(sends, plan.send_counts, template=y)
     for peer, rows in plan.send_rows.items():
-        x.index_add_(0, rows, received[peer])
-    return x
+        y.index_add_(0, rows, received[peer])
+    return y
 
 
-@torch.library.custom_op("nvdd::all_reduce_sum", mutates_args=())
-def all_reduce_sum(x: torch.Tensor, slot: int) -> torch.Tensor:
-    """Sum over ranks of a per-rank partial."""
-    return _binding(slot)[1].all_reduce(x, "sum")
+def _reduce_sum(x: torch.Tensor, plan: HaloPlan, comm: Communicator) -> torch.Tensor:
+    return comm.all_reduce(x, "sum")
 
 
 def _check_rows(x: torch.Tensor, plan: HaloPlan) -> None:
@@ -111,6 +110,52 @@ def _check_rows(x: torch.Tensor, plan: HaloPlan) -> None:
         )
 
 
+class _Operation(NamedTuple):
+    kernel: Callable[[torch.Tensor, HaloPlan, Communicator], torch.Tensor]
+    adjoint: str  # the operation the backward applies to the incoming gradient
+
+
+_OPERATIONS: dict[str, _Operation] = {
+    "copy_to_ghosts": _Operation(fill_ghosts_, "sum_ghosts_into_owners"),
+    "sum_ghosts_into_owners": _Operation(_add_ghosts_to_owners_, "copy_to_ghosts"),
+    "all_reduce_sum": _Operation(_reduce_sum, "all_reduce_sum"),
+}
+
+
+# -- eager: the kernel called directly --------------------------------------------------------
+class _Eager(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, name: str, plan: HaloPlan, comm: Communicator, in_place: bool
+    ) -> torch.Tensor:
+        ctx.name, ctx.plan, ctx.comm = name, plan, comm
+        if in_place:
+            ctx.mark_dirty(x)
+            return _OPERATIONS[name].kernel(x, plan, comm)
+        return _OPERATIONS[name].kernel(x.clone(), plan, comm)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        adjoint = _OPERATIONS[ctx.name].adjoint
+        result = _Eager.apply(grad.contiguous(), adjoint, ctx.plan, ctx.comm, False)
+        return result, None, None, None, None
+
+
+# -- compiled: registered ops over slots --------------------------------------------------------
+def _register(name: str) -> Any:
+    def run(x: torch.Tensor, slot: int) -> torch.Tensor:
+        plan, comm = _binding(slot)
+        return _OPERATIONS[name].kernel(x.clone(), plan, comm)
+
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return _REGISTERED[_OPERATIONS[name].adjoint](grad.contiguous(), ctx.slot), None
+
+    op = torch.library.custom_op(f"nvdd::{name}", run, mutates_args=())
+    op.register_fake(_same_shape)
+    op.register_autograd(backward, setup_context=_keep_slot)
+    return op
+
+
 def _same_shape(x: torch.Tensor, slot: int) -> torch.Tensor:
     return torch.empty_like(x)
 
@@ -119,17 +164,34 @@ def _keep_slot(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     ctx.slot = inputs[1]
 
 
-def _backward_by(adjoint: Any) -> Any:
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return adjoint(grad.contiguous(), ctx.slot), None
-
-    return backward
+_REGISTERED: dict[str, Any] = {name: _register(name) for name in _OPERATIONS}
 
 
-for _op, _adjoint in (
-    (copy_to_ghosts, sum_ghosts_into_owners),
-    (sum_ghosts_into_owners, copy_to_ghosts),
-    (all_reduce_sum, all_reduce_sum),
-):
-    _op.register_fake(_same_shape)
-    _op.register_autograd(_backward_by(_adjoint), setup_context=_keep_slot)
+def _apply(name: str, x: torch.Tensor, slot: int, in_place: bool = False) -> torch.Tensor:
+    if torch.compiler.is_compiling():
+        result = _REGISTERED[name](x, slot)
+        return x.copy_(result) if in_place else result
+    plan, comm = _binding(slot)
+    return _Eager.apply(x, name, plan, comm, in_place)
+
+
+# -- the operations ------------------------------------------------------------------------------
+def copy_to_ghosts(x: torch.Tensor, slot: int) -> torch.Tensor:
+    """A copy of `x` whose ghost rows hold their owners' rows (first dim = rows)."""
+    return _apply("copy_to_ghosts", x, slot)
+
+
+def copy_to_ghosts_(x: torch.Tensor, slot: int) -> torch.Tensor:
+    """`copy_to_ghosts` into `x` itself; returns `x` (only for tensors autograd has not
+    saved, such as a freshly computed scatter result)."""
+    return _apply("copy_to_ghosts", x, slot, in_place=True)
+
+
+def sum_ghosts_into_owners(y: torch.Tensor, slot: int) -> torch.Tensor:
+    """A copy of `y` with its ghost rows added into their owners' rows, then zeroed."""
+    return _apply("sum_ghosts_into_owners", y, slot)
+
+
+def all_reduce_sum(x: torch.Tensor, slot: int) -> torch.Tensor:
+    """Sum over ranks of a per-rank partial."""
+    return _apply("all_reduce_sum", x, slot)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.comm import all_reduce_sum, copy_to_ghosts
+from nvdd_plugins.comm import all_reduce_sum, copy_to_ghosts, copy_to_ghosts_
 
 __all__ = ["HaloContext"]
 
@@ -58,7 +58,7 @@ class HaloContext:
         if not self.exchanges:
             return tensor
         if self.in_place:
-            return tensor.copy_(copy_to_ghosts(tensor, self.slot))
+            return copy_to_ghosts_(tensor, self.slot)
         return copy_to_ghosts(tensor, self.slot)
 
     def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
