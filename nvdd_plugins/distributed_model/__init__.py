@@ -1,9 +1,11 @@
-"""`DistributedModel` and the machinery that applies a model's spec on one rank's view."""
+"""`DistributedModel` (owned atoms that migrate, or a replicated system) over `HaloEngine`,
+which applies a model's spec on one rank's view, whatever its layout."""
 
 from __future__ import annotations
 
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
+from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.model import DistributedModel
 from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_halo_view
@@ -12,6 +14,7 @@ __all__ = [
     "Capacity",
     "DistributedModel",
     "HaloDomain",
+    "HaloEngine",
     "HaloView",
     "NonFiniteError",
     "assemble_view",

@@ -9,22 +9,19 @@ import torch
 from torch import nn
 
 from nvdd_plugins.comm import Communicator, resolve_communicator
-from nvdd_plugins.config import DomainConfig, StrategyKind
+from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD, HaloDomain
+from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import (
     NonFiniteError,
     any_non_finite,
     invalid_atoms,
     non_finite_report,
 )
-from nvdd_plugins.distributed_model.results import check_energies, consolidate
-from nvdd_plugins.distributed_model.runner import SpecRunner
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.geometry import images_unambiguous
-from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
-from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind
+from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.spec import OutputKind
 
 __all__ = ["DistributedModel"]
 
@@ -50,56 +47,15 @@ class DistributedModel(nn.Module):
 
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
-        self.model = model.prepare_for_compile() if config.compile else model
-        self.config = config
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
-        self.spec = self._validated_spec(model, config)
+        self.config = config
+        self.engine = HaloEngine(model, config, self.comm)
+        self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
         self.domain = HaloDomain(self.comm, config)
-        self.runner = SpecRunner(self.model, self.spec, config, self.comm)
         self._replicated_ids: torch.Tensor | None = None
-        neighbors = model.model_config.neighbor_config
-        self._accepts_skin_pairs = bool(
-            neighbors
-            and neighbors.accepts_skin_pairs
-            and (config.compile or not neighbors.prune_skin_pairs)
-        )
-        # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
-        self._skin_pairs = self._accepts_skin_pairs
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
-
-    @staticmethod
-    def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
-        if config.strategy is not StrategyKind.HALO:
-            raise ValueError(
-                f"strategy {config.strategy.value!r} is not available yet; use StrategyKind.HALO"
-            )
-        spec = model.distribution_spec(config.strategy)
-        if spec is None:
-            raise DistributionRuleError(
-                f"{type(model).__name__}.distribution_spec({config.strategy}) returned None: "
-                "return SPEC_MPNN_HALO (autograd/scatter models) or an MLIPSpec"
-            )
-        if not isinstance(spec.distribution.policy, HaloStoragePolicy):
-            raise DistributionRuleError("the halo strategy needs a HaloStoragePolicy spec")
-        if spec.output_kinds.get("energies") is not OutputKind.PER_NODE:
-            raise DistributionRuleError(
-                'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
-            )
-        neighbors = model.model_config.neighbor_config
-        if config.compile and not (neighbors and neighbors.accepts_skin_pairs):
-            raise ValueError(
-                "compile=True runs at fixed shapes without filtering pairs, so it needs a model "
-                "that weighs pairs beyond its cutoff exactly zero (NeighborConfig("
-                "accepts_skin_pairs=True))"
-            )
-        if model.cutoff > config.cutoff:
-            raise ValueError(
-                f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "
-                f"cutoff ({model.cutoff} Å)"
-            )
-        return spec
 
     # -- entry points -----------------------------------------------------------------------
     def setup(self, full: Batch | None) -> None:
@@ -155,7 +111,7 @@ class DistributedModel(nn.Module):
         view = self.domain.view
         with torch.no_grad():
             rows = view.positions(owned.positions.detach(), owned.cell[0], self.comm)
-        batch = self._view_batch(view, rows, owned.cell, owned.pbc)
+        batch = self.engine.batch(view, rows, owned.cell, owned.pbc)
         batch.add_node_property("global_ids", view.global_ids)
         return batch
 
@@ -182,21 +138,15 @@ class DistributedModel(nn.Module):
             self._rebuild(owned)
         local = self.evaluate_view(self.domain.view, owned, properties)
         per_node = {
-            k: v for k, v in local.items() if self.spec.output_kinds.get(k) is OutputKind.PER_NODE
+            k: v
+            for k, v in local.items()
+            if self.engine.spec.output_kinds.get(k) is OutputKind.PER_NODE
         }
         return {**local, **self.comm.gather_by_id(ids, per_node)}
 
     def _rebuild(self, owned: Batch) -> None:
         self.domain.build(owned)
-        self.runner.rebuilt()
-        unambiguous = images_unambiguous(owned.cell[0], owned.pbc[0], self.config.halo_width)
-        self._skin_pairs = self._accepts_skin_pairs and unambiguous
-        if self.config.compile and not unambiguous:
-            raise ValueError(
-                "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "
-                f"every periodic cell width above 2 x (cutoff + skin) = "
-                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
-            )
+        self.engine.rebuilt(owned.cell[0], owned.pbc[0])
 
     # -- the distributed evaluation ---------------------------------------------------------
     def evaluate_view(
@@ -208,89 +158,9 @@ class DistributedModel(nn.Module):
         "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
         and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """
-        want_forces, want_stress = self._wanted(properties)
+        want_forces, want_stress = self.engine.wanted(properties)
         leaf = owned.positions.detach().requires_grad_(want_forces)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
-        return self._evaluate(
-            view, leaf, rows, owned.cell, owned.pbc, want_stress, local_rows=False
-        )
-
-    def evaluate_rows(
-        self,
-        view: HaloView,
-        positions: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        properties: Iterable[str] = _DEFAULT_PROPERTIES,
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate with every local row's position given (owned, then ghosts at their image
-        positions), as LAMMPS lays them out.
-
-        Per-atom outputs cover all local rows: "forces" on a ghost row is the contribution
-        that must be added to its owner (LAMMPS's reverse communication does that), so the
-        rows also give the virial as sum(x * f). Forces always come from autograd of the
-        owned partial energy here, so the model's energies must be differentiable.
-        """
-        if positions.shape[0] != view.n_local:
-            raise ValueError(f"expected {view.n_local} local positions, got {positions.shape[0]}")
-        _, want_stress = self._wanted(properties)
-        leaf = positions.detach().requires_grad_("forces" in set(properties))
-        with torch.enable_grad():
-            rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
-        return self._evaluate(view, leaf, rows, cell, pbc, want_stress, local_rows=True)
-
-    def _wanted(self, properties: Iterable[str]) -> tuple[bool, bool]:
-        properties = set(properties)
-        derived = self.model.model_config.autograd_outputs
-        return (
-            "forces" in properties and "forces" in derived,
-            "stress" in properties and "stress" in derived,
-        )
-
-    def _evaluate(
-        self,
-        view: HaloView,
-        leaf: torch.Tensor,
-        rows: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        want_stress: bool,
-        local_rows: bool,
-    ) -> dict[str, torch.Tensor]:
-        cell = cell.detach()
-        strain = new_strain(1, leaf, want_stress) if want_stress else None
-        with torch.enable_grad():
-            run_cell = cell
-            if strain is not None:
-                rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
-            batch = self._view_batch(view, rows, run_cell, pbc)
-            out = self.runner.run(view, batch)
-            energies = out.get("energies")
-            check_energies(energies, view.n_rows)
-            partial = energies[: view.n_owned].sum()
-            derived = energy_derivatives(
-                partial, leaf, strain, cell, leaf.requires_grad, want_stress
-            )
-        checking, self.runner.checking = self.runner.checking, False
-        return consolidate(self.spec, self.comm, view, out, partial, derived, local_rows, checking)
-
-    def _view_batch(
-        self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
-    ) -> Batch:
-        shifts = view.edge_shifts(cell[0])
-        if self._skin_pairs:
-            edge_index = view.edge_index
-        else:
-            edge_index = view.active_edges(rows, shifts, self.model.cutoff)
-        return Batch(
-            node={"positions": rows, "atomic_numbers": view.atomic_numbers},
-            edge={
-                "edge_index": edge_index,
-                "shifts": shifts,
-                "unit_shifts": view.edge_unit_shifts,
-            },
-            system={"cell": cell, "pbc": pbc},
-            ptr=view.row_ptr,
-            batch_idx=view.row_batch,
-        )
+        results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, want_stress)
+        return results.for_owned_rows(view, self.comm)

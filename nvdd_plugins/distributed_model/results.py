@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned, Transform
+from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
-__all__ = ["check_energies", "consolidate"]
+__all__ = ["RowResults", "check_energies", "consolidate"]
 
 
 def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
@@ -29,20 +29,55 @@ def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class RowResults:
+    """One rank's results on its view, before a layout maps them to its atoms.
+
+    Attributes:
+        per_row: detached per-atom (`OutputKind.PER_NODE`) outputs over every row of the view.
+        reduced: the rest, complete: energy and stress summed over ranks, per-system and
+            global outputs by their kind, and "forces" on the rows forces were taken against.
+        gradient_outputs: per-row outputs whose ghost rows hold contributions to their owners.
+    """
+
+    per_row: dict[str, torch.Tensor]
+    reduced: dict[str, torch.Tensor]
+    gradient_outputs: frozenset[str]
+
+    def for_owned_rows(self, view: HaloView, comm: Communicator) -> dict[str, torch.Tensor]:
+        """Per-atom outputs of the owned rows (collective: ghost rows of gradient outputs are
+        summed into their owners first)."""
+        owned = {}
+        for name, value in self.per_row.items():
+            if name in self.gradient_outputs:
+                value = sum_ghosts_into_owners(value, view.slot(comm))
+            owned[name] = value[: view.n_owned]
+        return {**self.reduced, **owned}
+
+    def for_local_rows(self, view: HaloView) -> dict[str, torch.Tensor]:
+        """Per-atom outputs of every local row (owned, then ghosts): gradient outputs as
+        computed (their ghost rows are owed to the owners), the others zero on ghost rows."""
+        local = {}
+        for name, value in self.per_row.items():
+            if name in self.gradient_outputs:
+                local[name] = value[: view.n_local]
+            else:
+                local[name] = torch.zeros_like(value[: view.n_local])
+                local[name][: view.n_owned] = value[: view.n_owned]
+        return {**self.reduced, **local}
+
+
 def consolidate(
     spec: MLIPSpec,
     comm: Communicator,
-    view: HaloView,
     out: dict[str, torch.Tensor],
     partial: torch.Tensor,
     derived: dict[str, torch.Tensor],
-    local_rows: bool,
     checking: bool,
-) -> dict[str, torch.Tensor]:
-    """Detached results, each consolidated by its OutputKind's collective; per-atom ones for
-    owned rows, or for all local rows (ghost rows zero unless the output is a gradient) when
-    `local_rows`. `checking`: also check that a model differentiating its own energy sums its
-    per-atom energies."""
+) -> RowResults:
+    """Detached results, each output by its OutputKind: per-atom ones kept per row, the rest
+    consolidated by the kind's collective. `checking`: also check that a model
+    differentiating its own energy sums its per-atom energies."""
     if spec.gradient_outputs and "energy" in out and checking:
         model_energy = out["energy"].detach().sum()
         if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
@@ -51,13 +86,17 @@ def consolidate(
                 "per-atom energies over systems (batch index); its own gradients would "
                 "count ghost atoms"
             )
-    collectives = _collectives(spec, comm, view, local_rows)
+    per_row: dict[str, torch.Tensor] = {}
+    reduced: dict[str, torch.Tensor] = {}
 
-    def by_kind(kind: OutputKind, name: str, value: torch.Tensor) -> torch.Tensor:
-        step = collectives.get(type(kind.collective))
-        return value.detach() if step is None else step(name, value)
+    def add(kind: OutputKind, name: str, value: torch.Tensor) -> None:
+        if isinstance(kind.collective, SliceOwned):  # each layout picks its rows
+            per_row[name] = value.detach()
+        elif isinstance(kind.collective, AllReduceSum):
+            reduced[name] = comm.all_reduce(value.detach(), "sum")
+        else:
+            reduced[name] = value.detach()
 
-    result: dict[str, torch.Tensor] = {}
     for name, value in out.items():
         if name in ("energy", "energies") or name in derived:
             continue
@@ -66,33 +105,11 @@ def consolidate(
             raise DistributionRuleError(
                 f"output {name!r} has no OutputKind in the spec's output_kinds"
             )
-        result[name] = by_kind(kind, name, value)
-    result["energies"] = by_kind(OutputKind.PER_NODE, "energies", out["energies"])
-    result["energy"] = by_kind(OutputKind.PER_GRAPH, "energy", partial.reshape(1))
-    if "forces" in derived:  # autograd of the owned partial energy: complete on owned rows
-        result["forces"] = derived["forces"].detach()
+        add(kind, name, value)
+    add(OutputKind.PER_NODE, "energies", out["energies"])
+    add(OutputKind.PER_GRAPH, "energy", partial.reshape(1))
+    if "forces" in derived:  # autograd of the owned partial energy: complete on its rows
+        reduced["forces"] = derived["forces"].detach()
     if "stress" in derived:
-        result["stress"] = by_kind(OutputKind.PER_GRAPH, "stress", derived["stress"])
-    return result
-
-
-def _collectives(
-    spec: MLIPSpec, comm: Communicator, view: HaloView, local_rows: bool
-) -> dict[type[Transform], Callable[[str, torch.Tensor], torch.Tensor]]:
-    """How each collective consolidates a named output of this rank's view."""
-
-    def owned_rows(name: str, value: torch.Tensor) -> torch.Tensor:
-        if name in spec.gradient_outputs:
-            if local_rows:
-                return value[: view.n_local].detach()
-            value = sum_ghosts_into_owners(value.detach(), view.slot(comm))
-        if not local_rows:
-            return value[: view.n_owned].detach()
-        rows = torch.zeros_like(value[: view.n_local])
-        rows[: view.n_owned] = value[: view.n_owned]
-        return rows.detach()
-
-    return {
-        SliceOwned: owned_rows,
-        AllReduceSum: lambda name, value: comm.all_reduce(value.detach(), "sum"),
-    }
+        add(OutputKind.PER_GRAPH, "stress", derived["stress"])
+    return RowResults(per_row, reduced, spec.gradient_outputs)

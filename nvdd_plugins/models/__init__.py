@@ -16,11 +16,12 @@ from nvdd_plugins.models.evaluate import (
     evaluate_model,
     new_strain,
 )
-from nvdd_plugins.models.lennard_jones import LennardJonesModel
+from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 
 __all__ = [
+    "SPEC_LJ_HALO",
     "BaseModelMixin",
     "LennardJonesModel",
     "MACEWrapper",

@@ -7,7 +7,7 @@ from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import refreshing_marks, scattered_onto_nodes
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
 from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy
-from nvdd_plugins.spec.presets import SPEC_LJ_HALO, SPEC_MPNN_HALO
+from nvdd_plugins.spec.presets import ENERGY_KINDS, SPEC_MPNN_HALO
 from nvdd_plugins.spec.transforms import (
     AllReduceSum,
     GatherInputs,
@@ -17,7 +17,7 @@ from nvdd_plugins.spec.transforms import (
 )
 
 __all__ = [
-    "SPEC_LJ_HALO",
+    "ENERGY_KINDS",
     "SPEC_MPNN_HALO",
     "AllReduceSum",
     "DistributionSpec",

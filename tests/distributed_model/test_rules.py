@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-import nvdd_plugins.distributed_model.model as distributed_model_module
+import nvdd_plugins.distributed_model.engine as engine_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model.context import HaloContext
@@ -21,7 +21,7 @@ from tests.helpers.systems import SYSTEMS, NotReboundInteraction, lj_model, mpnn
 def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
-    derivatives = distributed_model_module.energy_derivatives
+    derivatives = engine_module.energy_derivatives
     rank_local = threading.local()  # each virtual rank runs in its own thread
 
     def naive(energy, positions, strain, cell, want_forces, want_stress):
@@ -33,7 +33,7 @@ def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(
         rank_local.slot.bind(HaloPlan(0, 0, *[torch.empty(0, dtype=torch.long)] * 4), comm)
         return replicated(comm, model, atoms, ("energy", "forces"))
 
-    monkeypatch.setattr(distributed_model_module, "energy_derivatives", naive)
+    monkeypatch.setattr(engine_module, "energy_derivatives", naive)
     for world_size in (2, 4):
         result = run_simulated(world_size, run)[0]
         ratio = result["forces"] / ref["forces"]
@@ -95,6 +95,32 @@ def test_pre_sliced_energies_name_the_rule():
 def test_unfiltered_sentinels_name_the_rule():
     with pytest.raises(RuntimeError, match="sentinel"):
         _run(_NoSentinelFilter(cutoff=4.5, seed=7).double())
+
+
+class _FiltersOnlyOnce(_NoSentinelFilter):
+    """Filters sentinels in the checked first forward only, so a later, unchecked forward
+    indexes with them."""
+
+    def adapt_input(self, batch: Batch) -> ModelInputs:
+        self.calls = getattr(self, "calls", 0) + 1
+        return (
+            SimpleMPNN.adapt_input(self, batch) if self.calls == 1 else super().adapt_input(batch)
+        )
+
+
+def test_sentinels_in_an_unchecked_forward_name_the_rule():
+    model = _FiltersOnlyOnce(cutoff=4.5, seed=7).double()
+    atoms = SYSTEMS["bulk"]()
+
+    def run(comm):
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)  # skin pairs: sentinels
+        distributed = DistributedModel(model, config)
+        batch = Batch.from_atoms(atoms)
+        for _ in range(2):
+            distributed.evaluate_replicated(batch)
+
+    with pytest.raises(RuntimeError, match="filter them in adapt_input"):
+        run_simulated(1, run)
 
 
 def test_in_place_scatter_without_rebinding_is_still_exact():

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from nvdd_plugins.models import SPEC_LJ_HALO
 from nvdd_plugins.ops import (
     AllReduceSum,
     GatherInputs,
@@ -15,7 +16,6 @@ from nvdd_plugins.ops import (
     SliceOwned,
 )
 from nvdd_plugins.spec import (
-    SPEC_LJ_HALO,
     SPEC_MPNN_HALO,
     DistributionSpec,
     JitAdapter,

@@ -1,4 +1,4 @@
-"""`evaluate_rows` (the LAMMPS layout): ghost-row forces summed into owners and the virial
+"""`evaluate_local_rows` (the LAMMPS layout): ghost-row forces summed into owners and the virial
 sum(x * f) over all local rows equal the single-process forces and stress."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lammps_interface.halo import evaluate_local_rows
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import HaloPlan, run_simulated, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.capacity import Capacity
@@ -46,7 +47,7 @@ def _lammps_like(comm, model, atoms):
         exact.fit,
         6.0,
     )
-    result = distributed.evaluate_rows(view, positions, owned.cell, owned.pbc, ("energy", "forces"))
+    result = evaluate_local_rows(distributed.engine, view, positions, owned.cell, owned.pbc)
     rows_forces = result["forces"]
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
     padded = torch.cat([rows_forces, rows_forces.new_zeros(view.n_rows - view.n_local, 3)])

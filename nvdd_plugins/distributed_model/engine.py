@@ -1,0 +1,155 @@
+"""`HaloEngine`: one evaluation of an unchanged model on one rank's halo view.
+
+The engine knows nothing of how the view was laid out (owned atoms that migrate, a
+replicated full system, LAMMPS's rows): it takes every row's position, runs the model the
+way its spec says and returns `RowResults`, which each layout maps back to its atoms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from nvdd_plugins.comm import Communicator
+from nvdd_plugins.config import DomainConfig, StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.results import RowResults, check_energies, consolidate
+from nvdd_plugins.distributed_model.runner import SpecRunner
+from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.geometry import images_unambiguous
+from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
+from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind
+
+__all__ = ["HaloEngine"]
+
+
+class HaloEngine:
+    """Evaluate `model` on halo views under its halo spec.
+
+    Args:
+        model: a `BaseModelMixin` wrapper with per-atom "energies" output.
+        config: the `DomainConfig` (cutoff must cover the model's).
+        comm: this rank's communicator.
+    """
+
+    def __init__(self, model: BaseModelMixin, config: DomainConfig, comm: Communicator) -> None:
+        self.model = model.prepare_for_compile() if config.compile else model
+        self.config = config
+        self.comm = comm
+        self.spec = _validated_spec(model, config)
+        self.runner = SpecRunner(self.model, self.spec, config, comm)
+        neighbors = model.model_config.neighbor_config
+        self._accepts_skin_pairs = bool(
+            neighbors
+            and neighbors.accepts_skin_pairs
+            and (config.compile or not neighbors.prune_skin_pairs)
+        )
+        # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
+        self._skin_pairs = self._accepts_skin_pairs
+
+    def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
+        """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
+        self.runner.rebuilt()
+        unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
+        self._skin_pairs = self._accepts_skin_pairs and unambiguous
+        if self.config.compile and not unambiguous:
+            raise ValueError(
+                "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "
+                f"every periodic cell width above 2 x (cutoff + skin) = "
+                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
+            )
+
+    def wanted(self, properties: Iterable[str]) -> tuple[bool, bool]:
+        """Whether forces and stress are asked for and derived by autograd."""
+        properties = set(properties)
+        derived = self.model.model_config.autograd_outputs
+        return (
+            "forces" in properties and "forces" in derived,
+            "stress" in properties and "stress" in derived,
+        )
+
+    def evaluate(
+        self,
+        view: HaloView,
+        leaf: torch.Tensor,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        want_stress: bool,
+    ) -> RowResults:
+        """The model on `view` with every row's position `rows` (built from `leaf`, the
+        positions forces are taken against); energy and stress are this rank's owned
+        partials summed over ranks."""
+        cell = cell.detach()
+        strain = new_strain(1, leaf, want_stress) if want_stress else None
+        with torch.enable_grad():
+            run_cell = cell
+            if strain is not None:
+                rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
+            batch = self.batch(view, rows, run_cell, pbc)
+            out = self.runner.run(view, batch)
+            energies = out.get("energies")
+            check_energies(energies, view.n_rows)
+            partial = energies[: view.n_owned].sum()
+            derived = energy_derivatives(
+                partial, leaf, strain, cell, leaf.requires_grad, want_stress
+            )
+        checking, self.runner.checking = self.runner.checking, False
+        return consolidate(self.spec, self.comm, out, partial, derived, checking)
+
+    def batch(
+        self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
+    ) -> Batch:
+        """`view` as the model's input batch (pairs beyond the cutoff hold the sentinel
+        unless the model takes Verlet pairs as they are)."""
+        shifts = view.edge_shifts(cell[0])
+        if self._skin_pairs:
+            edge_index = view.edge_index
+        else:
+            edge_index = view.active_edges(rows, shifts, self.model.cutoff)
+        return Batch(
+            node={"positions": rows, "atomic_numbers": view.atomic_numbers},
+            edge={
+                "edge_index": edge_index,
+                "shifts": shifts,
+                "unit_shifts": view.edge_unit_shifts,
+            },
+            system={"cell": cell, "pbc": pbc},
+            ptr=view.row_ptr,
+            batch_idx=view.row_batch,
+        )
+
+
+def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
+    """The model's halo spec, or a clear error when it cannot run under `config`."""
+    if config.strategy is not StrategyKind.HALO:
+        raise ValueError(
+            f"strategy {config.strategy.value!r} is not available yet; use StrategyKind.HALO"
+        )
+    spec = model.distribution_spec(config.strategy)
+    if spec is None:
+        raise DistributionRuleError(
+            f"{type(model).__name__}.distribution_spec({config.strategy}) returned None: "
+            "return SPEC_MPNN_HALO (autograd/scatter models) or an MLIPSpec"
+        )
+    if not isinstance(spec.distribution.policy, HaloStoragePolicy):
+        raise DistributionRuleError("the halo strategy needs a HaloStoragePolicy spec")
+    if spec.output_kinds.get("energies") is not OutputKind.PER_NODE:
+        raise DistributionRuleError(
+            'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
+        )
+    neighbors = model.model_config.neighbor_config
+    if config.compile and not (neighbors and neighbors.accepts_skin_pairs):
+        raise ValueError(
+            "compile=True runs at fixed shapes without filtering pairs, so it needs a model "
+            "that weighs pairs beyond its cutoff exactly zero (NeighborConfig("
+            "accepts_skin_pairs=True))"
+        )
+    if model.cutoff > config.cutoff:
+        raise ValueError(
+            f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "
+            f"cutoff ({model.cutoff} Å)"
+        )
+    return spec
