@@ -1,4 +1,4 @@
-"""Communication: the communicator protocol and backends, halo plans and autograd primitives."""
+"""Communication: the communicator protocol and backends, halo plans, the halo exchange ops."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from nvdd_plugins.comm.launch import (
 from nvdd_plugins.comm.local import LocalCommunicator
 from nvdd_plugins.comm.mpi import MPICommunicator
 from nvdd_plugins.comm.primitives import (
+    HaloSlot,
     all_reduce_sum,
+    copy_to_ghosts,
+    copy_to_ghosts_,
     fill_ghosts_,
-    halo_forward,
-    halo_forward_,
-    halo_reverse,
+    sum_ghosts_into_owners,
 )
-from nvdd_plugins.comm.registered_ops import bind_slot, new_slot, release_slot, slot_binding
 from nvdd_plugins.comm.resolve import resolve_communicator, set_default_communicator
 from nvdd_plugins.comm.simulated import SimulatedCommunicator, SimulatedMesh, run_simulated
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
@@ -29,6 +29,7 @@ from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 __all__ = [
     "Communicator",
     "HaloPlan",
+    "HaloSlot",
     "LaunchInfo",
     "LocalCommunicator",
     "MPICommunicator",
@@ -37,19 +38,15 @@ __all__ = [
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",
-    "bind_slot",
+    "copy_to_ghosts",
+    "copy_to_ghosts_",
     "detect_launch",
     "end_job_on_exception",
     "fill_ghosts_",
-    "halo_forward",
-    "halo_forward_",
-    "halo_reverse",
     "local_device",
-    "new_slot",
-    "release_slot",
     "resolve_communicator",
     "run_simulated",
     "set_default_communicator",
-    "slot_binding",
     "slurm_first_host",
+    "sum_ghosts_into_owners",
 ]

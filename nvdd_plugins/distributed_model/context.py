@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.comm import halo_forward_, slot_binding
+from nvdd_plugins.comm import all_reduce_sum, copy_to_ghosts, copy_to_ghosts_
 
 __all__ = ["HaloContext"]
 
@@ -17,13 +17,13 @@ class HaloContext:
 
     `n_rows` never equals the edge count or the number of systems, so a tensor whose
     leading size is `n_rows` is node-indexed. The plan and communicator are reached through
-    `slot` (see `comm.registered_ops`), so a compiled forward does not capture them.
+    `slot` (a bound `HaloSlot` number), so a compiled forward does not capture them.
 
     Attributes:
         n_rows: padded local rows.
         n_owned: owned rows (first).
         owned_mask: (n_rows,) bool.
-        slot: the registered halo slot.
+        slot: the number of the bound `HaloSlot`.
         in_place: refresh the targets of in-place scatters in place (eager: then a wrapper
             that forgets to rebind an in-place scatter is still exact); otherwise return a
             new tensor (compiled forwards, where the rebinding rule applies).
@@ -58,15 +58,14 @@ class HaloContext:
         if not self.exchanges:
             return tensor
         if self.in_place:
-            plan, comm = slot_binding(self.slot)
-            return halo_forward_(tensor, plan, comm)
-        return torch.ops.nvdd.halo_forward(tensor, self.slot)
+            return copy_to_ghosts_(tensor, self.slot)
+        return copy_to_ghosts(tensor, self.slot)
 
     def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """Like `refresh_`, always into a new tensor (safe for any tensor)."""
         if not self.exchanges:
             return tensor
-        return torch.ops.nvdd.halo_forward(tensor, self.slot)
+        return copy_to_ghosts(tensor, self.slot)
 
     def refresh_rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """`refresh` for a node-indexed tensor; any other tensor is returned as it is."""
@@ -74,4 +73,4 @@ class HaloContext:
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (adjoint: the same sum of the gradients)."""
-        return torch.ops.nvdd.all_reduce_sum(tensor, self.slot)
+        return all_reduce_sum(tensor, self.slot)

@@ -154,7 +154,7 @@ class DistributedModel(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
 
-        Ghost positions come from their owners through `halo_forward`, so the returned
+        Ghost positions come from their owners through `copy_to_ghosts`, so the returned
         "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
         and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.comm import Communicator, halo_reverse
+from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
@@ -50,7 +50,7 @@ class RowResults:
         owned = {}
         for name, value in self.per_row.items():
             if name in self.gradient_outputs:
-                value = halo_reverse(value, view.plan, comm)
+                value = sum_ghosts_into_owners(value, view.slot(comm))
             owned[name] = value[: view.n_owned]
         return {**self.reduced, **owned}
 

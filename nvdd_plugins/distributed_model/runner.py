@@ -9,12 +9,11 @@ when they all write onto one row of `edge_index`; otherwise eagerly under interc
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator, bind_slot, new_slot, release_slot
+from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.context import HaloContext
@@ -55,8 +54,7 @@ class SpecRunner:
         self._target_row = None if config.compile else distribution.edge_target_row
         self._claims_verified = not (self._marked or self._target_row is not None)
         self._compiled: Any = None
-        self._slot = new_slot()
-        weakref.finalize(self, release_slot, self._slot)
+        self._slot = HaloSlot()
 
     def rebuilt(self) -> None:
         """The view changed: check the next forward."""
@@ -65,12 +63,11 @@ class SpecRunner:
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
         may replace its "edge_index")."""
-        bind_slot(self._slot, view.plan, self.comm)
         ctx = HaloContext(
             view.n_rows,
             view.n_owned,
             view.owned_mask,
-            self._slot,
+            self._slot.bind(view.plan, self.comm),
             in_place=not self.config.compile,
             exchanges=view.plan.exchanges,
         )

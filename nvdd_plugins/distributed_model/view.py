@@ -8,7 +8,7 @@ from functools import cached_property
 
 import torch
 
-from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_, halo_forward
+from nvdd_plugins.comm import Communicator, HaloPlan, HaloSlot, copy_to_ghosts, fill_ghosts_
 from nvdd_plugins.decomposition import SpatialPartitioner
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
@@ -72,16 +72,24 @@ class HaloView:
     def positions(
         self, owned_positions: torch.Tensor, cell: torch.Tensor, comm: Communicator
     ) -> torch.Tensor:
-        """Every row's position from the owned ones: ghosts through `halo_forward` (so
+        """Every row's position from the owned ones: ghosts through `copy_to_ghosts` (so
         gradients reaching ghosts flow back to their owners), plus lattice translations."""
         rows = owned_positions
         if self.plan.exchanges:
             rows = torch.cat([rows, rows.new_zeros(self.plan.n_ghost, 3)])
-            rows = halo_forward(rows, self.plan, comm)
+            rows = copy_to_ghosts(rows, self.slot(comm))
         rows = rows + rows_times_3x3(self._image_rows.to(cell.dtype), cell)
         if self.n_rows == self.n_local:
             return rows
         return torch.cat([rows, self.padding_positions.to(rows.dtype)])
+
+    def slot(self, comm: Communicator) -> int:
+        """The number through which the halo ops reach this view's plan exchanged over `comm`."""
+        return self._slot.bind(self.plan, comm)
+
+    @cached_property
+    def _slot(self) -> HaloSlot:
+        return HaloSlot()
 
     @cached_property
     def _image_rows(self) -> torch.Tensor:

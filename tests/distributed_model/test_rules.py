@@ -10,7 +10,7 @@ import torch
 
 import nvdd_plugins.distributed_model.engine as engine_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
-from nvdd_plugins.comm import all_reduce_sum, run_simulated
+from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
@@ -25,11 +25,12 @@ def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(
     rank_local = threading.local()  # each virtual rank runs in its own thread
 
     def naive(energy, positions, strain, cell, want_forces, want_stress):
-        total = all_reduce_sum(energy, rank_local.comm)
+        total = all_reduce_sum(energy, rank_local.slot.number)
         return derivatives(total, positions, strain, cell, want_forces, want_stress)
 
     def run(comm):
-        rank_local.comm = comm
+        rank_local.slot = HaloSlot()
+        rank_local.slot.bind(HaloPlan(0, 0, *[torch.empty(0, dtype=torch.long)] * 4), comm)
         return replicated(comm, model, atoms, ("energy", "forces"))
 
     monkeypatch.setattr(engine_module, "energy_derivatives", naive)

@@ -8,7 +8,7 @@ import torch
 
 from lammps_interface.halo import evaluate_local_rows
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
-from nvdd_plugins.comm import HaloPlan, halo_reverse, run_simulated
+from nvdd_plugins.comm import HaloPlan, run_simulated, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.view import assemble_view
 from tests.helpers.oracle import FORCES_TOL, STRESS_TOL, reference
@@ -51,7 +51,7 @@ def _lammps_like(comm, model, atoms):
     rows_forces = result["forces"]
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
     padded = torch.cat([rows_forces, rows_forces.new_zeros(view.n_rows - view.n_local, 3)])
-    owner_forces = halo_reverse(padded, plan, comm)[: view.n_owned]
+    owner_forces = sum_ghosts_into_owners(padded, view.slot(comm))[: view.n_owned]
     return ids, owner_forces, virial, result["energy"]
 
 
