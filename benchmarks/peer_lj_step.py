@@ -11,7 +11,7 @@ benchmarks/common.py, copied here because nvdd is not installed in the peer's ve
 (a = 5.26 Å, rattled 0.05 Å with torch seed 0, 60 K velocities from numpy seed 0, mass 40),
 LJ ε 0.0104 eV, σ 3.40 Å, hard cutoff 8.5 Å (no shift, no switching), dt 1 fs, float64, one
 thread per rank, run as `DomainParallel(NVE(LennardJonesModelWrapper))` with the peer's
-`NeighborListHook` (its own method choice, Verlet skin `--skin`) on a 1-D gloo DeviceMesh,
+`NeighborListHook` (cell list, `--nl-method`; Verlet skin `--skin`) on a 1-D gloo DeviceMesh,
 with the peer's gloo shim for its uneven all_to_all (`_patch_physicsnemo_all_to_all_for_gloo`).
 On one rank DomainParallel passes straight through to the inner NVE (the peer's design).
 
@@ -79,7 +79,7 @@ def peer_batch(n_atoms: int):
     return Batch.from_data_list([data])
 
 
-def make_run(mesh, atoms: int, skin: float):
+def make_run(mesh, atoms: int, skin: float, method: str = "cell_list_atom_centric"):
     """DomainParallel(NVE(LJ)) with its neighbour-list hook, partitioned; (run, owned batch)."""
     from nvalchemi.distributed import DomainConfig, DomainParallel
     from nvalchemi.dynamics import NVE
@@ -89,7 +89,10 @@ def make_run(mesh, atoms: int, skin: float):
 
     model = LennardJonesModelWrapper(EPSILON, SIGMA, CUTOFF, switch_width=0.0)
     hook = NeighborListHook(
-        model.model_config.neighbor_config, skin=skin, stage=DynamicsStage.BEFORE_COMPUTE
+        model.model_config.neighbor_config,
+        skin=skin,
+        stage=DynamicsStage.BEFORE_COMPUTE,
+        method=None if method == "auto" else method,
     )
     nve = NVE(model, DT_FS, hooks=[hook])
     run = DomainParallel(nve, DomainConfig(cutoff=CUTOFF, skin=skin, mesh=mesh))
@@ -136,6 +139,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
     parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--nl-method",
+        default="cell_list_atom_centric",
+        help="the peer's neighbour-list method; 'auto': its own pick (naive O(N^2) at 2,048)",
+    )
     parser.add_argument("--check", type=int, default=0, help="print E_total after N steps")
     parser.add_argument("--json", help="write the results here (rank 0)")
     args = parser.parse_args()
@@ -162,7 +170,7 @@ def main() -> None:
     try:
         for atoms in args.atoms:
             for skin in args.skin:
-                run, batch = make_run(mesh, atoms, skin)
+                run, batch = make_run(mesh, atoms, skin, args.nl_method)
                 if args.check:
                     batch = run.run(batch, n_steps=1)  # primes forces, then one step
                     rows.append(check(run, batch, args.check, atoms, skin, distributed, rank))
