@@ -9,9 +9,11 @@ The job: fcc argon (a = 5.26 Å, rattled 0.05 Å, 60 K Maxwell-Boltzmann velocit
 Per case (atoms × skin) it takes `--warmup` steps, then `--rounds` timed blocks of `--steps`
 steps and prints the median steps/s of the blocks (rank 0; every rank times the same
 blocks, so the number includes waiting for the slowest rank). `--profile` prints the
-cProfile functions and torch operators that take the most time in one more block.
-Side by side with nvalchemi-toolkit (issue 22's peer): run its job from a scratch venv and
-compare in fresh processes, interleaved (A, B, A, B); it is not a dependency of this repo.
+cProfile functions and torch operators that take the most time in one more block. `--check N`
+prints the total energy after 1 and after N steps instead of timing.
+Side by side with nvalchemi-toolkit (issue 22's peer): benchmarks/peer_lj_step.py is the same
+job in the peer's API, run from a scratch venv; benchmarks/cpu_vs_peer.sh runs both in fresh
+processes, interleaved (A, B, A, B). The peer is not a dependency of this repo.
 """
 
 from __future__ import annotations
@@ -57,6 +59,30 @@ def steps_per_second(run: DomainParallel, steps: int, rounds: int, warmup: int) 
     return statistics.median(rates)
 
 
+def total_energy(run: DomainParallel) -> tuple[float, float, int]:
+    """(potential, kinetic, atoms) of the whole system (collective)."""
+    batch = run.batch
+    kinetic = 0.5 * (batch.atomic_masses * (batch.velocities**2).sum(-1)).sum()
+    local = torch.stack([kinetic, torch.tensor(float(batch.num_nodes), dtype=kinetic.dtype)])
+    kinetic, atoms = run.comm.all_reduce(local, "sum").tolist()
+    return float(batch.energy.sum()), kinetic, int(atoms)  # energy: summed over ranks
+
+
+def check(run: DomainParallel, steps: int, skin: float, rank: int) -> dict:
+    """Total energy after 1 and after `steps` steps (compare with peer_lj_step.py --check)."""
+    run.run(n_steps=1)
+    first = total_energy(run)
+    run.run(n_steps=steps - 1)
+    last = total_energy(run)
+    if rank == 0:
+        for step, (pot, kin, n) in ((1, first), (steps, last)):
+            print(
+                f"CHECK atoms {n} skin {skin:.2f} step {step:3d} "
+                f"E_pot {pot:.15e} E_kin {kin:.15e} E_tot {pot + kin:.15e}"
+            )
+    return {"atoms": first[2], "skin": skin, "steps": steps, "e_total": sum(last[:2])}
+
+
 def profile(run: DomainParallel, steps: int) -> str:
     """cProfile (cumulative) and torch.profiler (self CPU) tables of `steps` steps."""
     profiler = cProfile.Profile()
@@ -79,6 +105,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="print where a step goes")
+    parser.add_argument("--check", type=int, default=0, help="print E_total after N steps")
     parser.add_argument("--json", help="write the results here (rank 0)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -86,11 +113,15 @@ def main() -> None:
     rows = []
     if manager.rank == 0:
         print(f"# Ar LJ NVE, float64, {manager.world_size} rank(s), 1 thread each")
-        print(f"{'atoms':>6} {'skin[Å]':>7} {'steps/s':>8} {'ms/step':>8} {'core-µs/atom':>12}")
+        if not args.check:
+            print(f"{'atoms':>6} {'skin[Å]':>7} {'steps/s':>8} {'ms/step':>8} {'core-µs/atom':>12}")
     try:
         for atoms in args.atoms:
             for skin in args.skin:
                 run = make_run(manager, atoms, skin)
+                if args.check:
+                    rows.append(check(run, args.check, skin, manager.rank))
+                    continue
                 rate = steps_per_second(run, args.steps, args.rounds, args.warmup)
                 n = int(run.comm.all_reduce(torch.tensor([run.batch.num_nodes]), "sum")[0])
                 rows.append({"atoms": n, "skin": skin, "steps_per_s": rate})

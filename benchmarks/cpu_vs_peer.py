@@ -1,0 +1,155 @@
+"""Issue 22 side by side: nvdd (cpu_lj_step.py) against nvalchemi-toolkit (peer_lj_step.py).
+
+    OMP_NUM_THREADS=1 python benchmarks/cpu_vs_peer.py                 # the issue's 8 rows
+    PEER_PYTHON=/path/to/venv/bin/python python benchmarks/cpu_vs_peer.py --reps 3 --json out.json
+
+Both jobs run in fresh processes, interleaved (nvdd, peer, nvdd, peer, ... `--reps` times per
+rank count; each process times every atoms × skin case, `--rounds` blocks of `--steps` steps
+after `--warmup`), and the table gives the median over the repetitions of each process's
+median steps/s, with the nvdd / peer ratio (> 1: nvdd faster). Two ranks run under
+`python -m torch.distributed.run --standalone --nproc_per_node=2`. Before timing, both
+report the total energy after 1 and after `--check` steps of the same initial state
+(2,048 atoms, skin 0, per rank count) and the table notes their relative difference.
+
+nvdd runs with `NVDD_PYTHON` (default: this interpreter), the peer with `PEER_PYTHON` (default
+/tmp/peer/bin/python, a scratch venv with `pip install torch==2.13.0 nvalchemi-toolkit==0.2.0`;
+not a dependency of this repo). Without the peer the nvdd column alone is printed. nvdd is
+imported from this checkout (PYTHONPATH), whatever the venv has installed.
+Uses only the standard library, so any Python runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = {"nvdd": HERE / "cpu_lj_step.py", "peer": HERE / "peer_lj_step.py"}
+CHECK = re.compile(r"CHECK atoms (\d+) skin (\S+) step +(\d+) .* E_tot (\S+)")
+
+
+def command(python: str, ranks: int, script: Path, args: list[str]) -> list[str]:
+    launcher = [python]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    return [*launcher, str(script), *args]
+
+
+def run(python: str, ranks: int, which: str, args: list[str]) -> str:
+    """Run one fresh process (group); its stdout. Raises with its output on failure."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    if which == "nvdd":  # this checkout's nvdd, not whichever one the venv has installed
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    cmd = command(python, ranks, SCRIPTS[which], args)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=HERE)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-4000:]
+        raise RuntimeError(f"{which} ({ranks} ranks) failed: {' '.join(cmd)}\n{tail}")
+    return done.stdout
+
+
+def timed(python: str, ranks: int, which: str, options: argparse.Namespace) -> dict:
+    """{(atoms, skin): steps/s} of one fresh process (group)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.json"
+        args = ["--atoms", *map(str, options.atoms), "--skin", *map(str, options.skin)]
+        args += ["--steps", str(options.steps), "--rounds", str(options.rounds)]
+        args += ["--warmup", str(options.warmup), "--json", str(out)]
+        run(python, ranks, which, args)
+        rows = json.loads(out.read_text())["rows"]
+    return {(row["atoms"], row["skin"]): row["steps_per_s"] for row in rows}
+
+
+def energies(python: str, ranks: int, which: str, steps: int) -> dict:
+    """{step: E_tot} after 1 and `steps` steps, 2,048 atoms, skin 0."""
+    args = ["--atoms", "2048", "--skin", "0", "--check", str(steps)]
+    text = run(python, ranks, which, args)
+    return {int(m[3]): float(m[4]) for m in CHECK.finditer(text)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--atoms", type=int, nargs="+", default=[2048, 4000])
+    parser.add_argument("--skin", type=float, nargs="+", default=[0.0, 1.0], help="Å")
+    parser.add_argument("--reps", type=int, default=3, help="fresh processes per code")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
+    parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--check", type=int, default=20, help="energy check steps (0: none)")
+    parser.add_argument("--json", help="write the results here")
+    options = parser.parse_args()
+    pythons = {"nvdd": os.environ.get("NVDD_PYTHON", sys.executable)}
+    peer = os.environ.get("PEER_PYTHON", "/tmp/peer/bin/python")
+    if Path(peer).exists():
+        pythons["peer"] = peer
+    else:
+        print(f"# peer skipped: no {peer} (set PEER_PYTHON to a venv with nvalchemi-toolkit)")
+    codes = list(pythons)
+
+    checks = {}
+    if options.check > 1:
+        for ranks in options.ranks:
+            found = {code: energies(pythons[code], ranks, code, options.check) for code in codes}
+            checks[ranks] = found
+            for code, values in found.items():
+                print(
+                    f"# {ranks} rank(s) {code}: E_tot step 1 {values[1]:.13f} eV, "
+                    f"step {options.check} {values[options.check]:.13f} eV"
+                )
+            if "peer" in found:
+                a, b = found["nvdd"][options.check], found["peer"][options.check]
+                print(
+                    f"# {ranks} rank(s): |dE_tot| {abs(a - b):.2e} eV, "
+                    f"relative {abs(a - b) / abs(b):.2e}"
+                )
+
+    samples: dict[tuple, list[float]] = {}
+    for ranks in options.ranks:
+        for rep in range(options.reps):
+            for code in codes:
+                for (atoms, skin), rate in timed(pythons[code], ranks, code, options).items():
+                    samples.setdefault((code, ranks, atoms, skin), []).append(rate)
+                print(f"# done: {code}, {ranks} rank(s), repetition {rep + 1}", flush=True)
+
+    print(
+        f"\n# Ar LJ NVE warm steps/s, medians of {options.reps} fresh processes, float64, "
+        "1 thread per rank"
+    )
+    header = f"{'ranks':>5} {'atoms':>6} {'skin[Å]':>7} {'nvdd':>8}"
+    print(header + (f" {'peer':>8} {'nvdd/peer':>9}" if "peer" in codes else ""))
+    rows = []
+    for (code, ranks, atoms, skin), rates in sorted(samples.items(), key=lambda kv: kv[0][1:]):
+        if code != "nvdd":
+            continue
+        row = {"ranks": ranks, "atoms": atoms, "skin": skin, "nvdd": statistics.median(rates)}
+        line = f"{ranks:5d} {atoms:6d} {skin:7.2f} {row['nvdd']:8.2f}"
+        if "peer" in codes:
+            row["peer"] = statistics.median(samples[("peer", ranks, atoms, skin)])
+            row["ratio"] = row["nvdd"] / row["peer"]
+            line += f" {row['peer']:8.2f} {row['ratio']:9.2f}"
+        rows.append(row)
+        print(line)
+    if options.json:
+        Path(options.json).write_text(
+            json.dumps(
+                {
+                    "args": vars(options),
+                    "rows": rows,
+                    "energy_checks": checks,
+                    "samples": {"/".join(map(str, k)): v for k, v in samples.items()},
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
