@@ -12,7 +12,7 @@ blocks, so the number includes waiting for the slowest rank). `--profile` prints
 cProfile functions and torch operators that take the most time in one more block. `--check N`
 prints the total energy after 1 and after N steps instead of timing.
 Side by side with nvalchemi-toolkit (issue 22's peer): benchmarks/peer_lj_step.py is the same
-job in the peer's API, run from a scratch venv; benchmarks/cpu_vs_peer.sh runs both in fresh
+job in the peer's API, run from a scratch venv; benchmarks/cpu_vs_peer.py runs both in fresh
 processes, interleaved (A, B, A, B). The peer is not a dependency of this repo.
 """
 

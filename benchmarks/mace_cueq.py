@@ -39,12 +39,8 @@ from nvdd_plugins.models.cueq import to_cuequivariance
 LATTICE = 3.61  # fcc Cu, Å
 
 
-def backend_model(
-    preset: str, dtype: torch.dtype, device: torch.device, backend: str
-) -> torch.nn.Module:
-    """The random-weight mace model on `device`, converted to cuEquivariance unless
-    `backend` is "e3nn"."""
-    model = mace_model(preset, (29,), dtype).to(device)
+def in_backend(model: torch.nn.Module, backend: str) -> torch.nn.Module:
+    """`model` (mace's e3nn model) converted to cuEquivariance unless `backend` is "e3nn"."""
     return model if backend == "e3nn" else to_cuequivariance(model)
 
 
@@ -106,7 +102,7 @@ def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str
     steps are timed in alternation, their peak memory each alone."""
     device = torch.device("cuda")
     e3nn = mace_model(preset, (29,), torch.float32).to(device)
-    cueq = (e3nn if args.backend == "e3nn" else to_cuequivariance(e3nn)).requires_grad_(False)
+    cueq = in_backend(e3nn, args.backend).requires_grad_(False)
     batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device)
     row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
     plain = plain_mace_step(cueq, batch)
@@ -123,7 +119,7 @@ def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str
     row["dd1_over_plain"] = row["dd1_cueq_s"] / row["plain_cueq_s"]
     row["max_abs_dF"] = float((forces - plain_forces).abs().max())
     if args.float64_check:  # both float32 results against plain cuEq in float64
-        model64 = backend_model(preset, torch.float64, device, args.backend)
+        model64 = in_backend(mace_model(preset, (29,), torch.float64).to(device), args.backend)
         batch64 = fcc_batch(n_atoms, LATTICE, (29,), torch.float64, device)
         exact = plain_mace_step(model64.requires_grad_(False), batch64)().detach()
         row["plain_dF_vs_float64"] = float((plain_forces.double() - exact).abs().max())
@@ -142,7 +138,7 @@ def plain_sizes(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for case in args.cases:
         preset, n_atoms = case.split(":")
-        model = backend_model(preset, torch.float32, device, args.backend)
+        model = in_backend(mace_model(preset, (29,), torch.float32).to(device), args.backend)
         batch = fcc_batch(int(n_atoms), LATTICE, (29,), torch.float32, device)
         row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
         try:
@@ -185,7 +181,8 @@ def multi(args: argparse.Namespace) -> dict[str, Any]:
 
     manager = DistributedManager.initialize()
     rank, size = manager.rank, manager.world_size
-    wrapper = MACEWrapper(backend_model(args.preset, torch.float32, manager.device, args.backend))
+    model = mace_model(args.preset, (29,), torch.float32).to(manager.device)
+    wrapper = MACEWrapper(in_backend(model, args.backend))
     out: dict[str, Any] = {"gpus": size, "preset": args.preset, "rank": rank}
     if args.largest:
         seconds, atoms, peak = _dd_step_time(wrapper, args.largest, manager.mesh, args)

@@ -137,10 +137,8 @@ class DistributedModel(nn.Module):
         if rebuild:
             self._rebuild(owned)
         local = self.evaluate_view(self.domain.view, owned, properties)
-        kinds = self.engine.spec.output_kinds  # forces (autograd) are per atom, listed or not
-        per_node = {
-            k: v for k, v in local.items() if k == "forces" or kinds.get(k) is OutputKind.PER_NODE
-        }
+        kinds = self.engine.spec.output_kinds
+        per_node = {k: v for k, v in local.items() if kinds.get(k) is OutputKind.PER_NODE}
         return {**local, **self.comm.gather_by_id(ids, per_node)}
 
     def _rebuild(self, owned: Batch) -> None:

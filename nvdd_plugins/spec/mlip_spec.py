@@ -97,8 +97,8 @@ class MLIPSpec:
 
     Args:
         distribution: the `DistributionSpec`.
-        output_kinds: output name -> `OutputKind`; per-atom "energies" are PER_NODE (added
-            when not listed).
+        output_kinds: output name -> `OutputKind`; "energies" and "forces" are PER_NODE
+            (added when not listed).
         gradient_outputs: PER_NODE outputs the model computes itself as gradients over the
             local positions (e.g. forces from its own autograd call); their ghost rows hold
             real contributions and are summed into the owners before owned rows are kept.
@@ -113,8 +113,8 @@ class MLIPSpec:
     n_layers: int | None = None
 
     def __post_init__(self) -> None:
-        # every model returns per-atom "energies" (the framework sums the owned rows)
-        kinds = {"energies": OutputKind.PER_NODE}
+        # per-atom energies (every model returns them) and forces (autograd's or the model's)
+        kinds = {"energies": OutputKind.PER_NODE, "forces": OutputKind.PER_NODE}
         kinds.update({name: OutputKind(kind) for name, kind in self.output_kinds.items()})
         object.__setattr__(self, "output_kinds", MappingProxyType(kinds))
         object.__setattr__(self, "gradient_outputs", frozenset(self.gradient_outputs))

@@ -7,15 +7,13 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.models import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.ops import HaloStoragePolicy, ScatterOutputs
 from nvdd_plugins.spec import DistributionSpec, MLIPSpec, OpAdapter, OutputKind
 from tests.helpers.oracle import errors, reference
-from tests.helpers.systems import SYSTEMS
+from tests.helpers.systems import SYSTEMS, ShiftPairModel
 
 
 @torch.library.custom_op("mypkg::my_energy_op", mutates_args=())
@@ -57,18 +55,13 @@ def _build_spec() -> MLIPSpec:
     )
 
 
-class DensityModel(nn.Module, BaseModelMixin):
+class DensityModel(ShiftPairModel):
     """Two passes through the opaque kernel: a pair density per atom, then energies from the
     neighbours' densities (so ghost densities must be complete)."""
 
     def __init__(self, spec: MLIPSpec, cutoff: float = 4.5) -> None:
-        super().__init__()
+        super().__init__(cutoff)
         self.spec = spec
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=cutoff),
-        )
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         inputs = self.adapt_input(batch)
@@ -113,5 +106,5 @@ def test_the_guide_custom_op_spec_is_exact(world_size: int) -> None:
 
 
 def test_without_its_adapter_the_model_is_wrong() -> None:
-    spec = MLIPSpec(output_kinds={"energy": OutputKind.PER_GRAPH})  # forces gathered anyway
+    spec = MLIPSpec(output_kinds={"energy": OutputKind.PER_GRAPH})  # forces: PER_NODE unlisted
     assert _worst(spec, 2)["forces"] > 1e-4
