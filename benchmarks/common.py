@@ -9,28 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
+from lj_job import fcc_crystal, maxwell_velocities
 
 from nvdd_plugins import Batch
 from nvdd_plugins.models import random_mace
-
-FCC_BASIS = ((0.0, 0.0, 0.0), (0.0, 0.5, 0.5), (0.5, 0.0, 0.5), (0.5, 0.5, 0.0))
-
-
-def fcc_crystal(
-    n_atoms: int, lattice: float, rattle: float, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cubic fcc supercell with about `n_atoms` atoms, randomly displaced by `rattle` Å."""
-    repeats = max(1, round((n_atoms / 4) ** (1.0 / 3.0)))
-    grid = torch.stack(
-        torch.meshgrid(*(torch.arange(repeats, dtype=torch.float64),) * 3, indexing="ij"), dim=-1
-    ).reshape(-1, 1, 3)
-    positions = ((grid + torch.tensor(FCC_BASIS, dtype=torch.float64)) * lattice).reshape(-1, 3)
-    generator = torch.Generator().manual_seed(0)
-    positions += rattle * torch.randn(positions.shape, generator=generator, dtype=torch.float64)
-    cell = torch.eye(3, dtype=torch.float64) * (repeats * lattice)
-    return positions.to(device, dtype), cell.to(device, dtype)
 
 
 def fcc_batch(
@@ -49,9 +32,7 @@ def fcc_batch(
     node = {"positions": positions, "atomic_numbers": numbers}
     if temperature is not None:
         masses = torch.full((n,), 40.0, dtype=dtype, device=device)
-        rng = np.random.default_rng(0)
-        sigma = np.sqrt(8.617333262e-5 * temperature / 40.0)
-        velocities = torch.tensor(rng.normal(scale=sigma, size=(n, 3)), dtype=dtype, device=device)
+        velocities = torch.tensor(maxwell_velocities(n, temperature), dtype=dtype, device=device)
         node |= {"atomic_masses": masses, "velocities": velocities}
     system = {"cell": cell.unsqueeze(0), "pbc": torch.ones(1, 3, dtype=torch.bool, device=device)}
     return Batch(node, {}, system, torch.tensor([0, n], device=device))

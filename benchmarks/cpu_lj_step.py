@@ -18,21 +18,29 @@ processes, interleaved (A, B, A, B). The peer is not a dependency of this repo.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
+from functools import partial
 
 import torch
 from common import fcc_batch, write_json
+from lj_job import (
+    CUTOFF,
+    DT_FS,
+    EPSILON,
+    LATTICE,
+    SIGMA,
+    job_arguments,
+    median_rate,
+    print_check,
+    print_header,
+    print_row,
+)
 
 from nvdd_plugins import DistributedManager, DomainConfig, DomainParallel
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import LennardJonesModel
-
-EPSILON, SIGMA, CUTOFF, LATTICE, DT_FS = 0.0104, 3.40, 8.5, 5.26, 1.0
 
 
 def make_run(manager: DistributedManager, atoms: int, skin: float) -> DomainParallel:
@@ -45,18 +53,6 @@ def make_run(manager: DistributedManager, atoms: int, skin: float) -> DomainPara
         full = fcc_batch(atoms, LATTICE, (18,), torch.float64, torch.device("cpu"), 60.0)
     run.partition(full)
     return run
-
-
-def steps_per_second(run: DomainParallel, steps: int, rounds: int, warmup: int) -> float:
-    """Median steps/s over `rounds` blocks of `steps` steps after `warmup` steps."""
-    run.run(n_steps=warmup)
-    rates = []
-    for _ in range(rounds):
-        run.comm.barrier()
-        start = time.perf_counter()
-        run.run(n_steps=steps)
-        rates.append(steps / (time.perf_counter() - start))
-    return statistics.median(rates)
 
 
 def total_energy(run: DomainParallel) -> tuple[float, float, int]:
@@ -74,13 +70,7 @@ def check(run: DomainParallel, steps: int, skin: float, rank: int) -> dict:
     first = total_energy(run)
     run.run(n_steps=steps - 1)
     last = total_energy(run)
-    if rank == 0:
-        for step, (pot, kin, n) in ((1, first), (steps, last)):
-            print(
-                f"CHECK atoms {n} skin {skin:.2f} step {step:3d} "
-                f"E_pot {pot:.15e} E_kin {kin:.15e} E_tot {pot + kin:.15e}"
-            )
-    return {"atoms": first[2], "skin": skin, "steps": steps, "e_total": sum(last[:2])}
+    return print_check(skin, steps, first, last) if rank == 0 else {}
 
 
 def profile(run: DomainParallel, steps: int) -> str:
@@ -98,23 +88,15 @@ def profile(run: DomainParallel, steps: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--atoms", type=int, nargs="+", default=[2048, 4000])
-    parser.add_argument("--skin", type=float, nargs="+", default=[0.0, 1.0], help="Å")
-    parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser = job_arguments(__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="print where a step goes")
-    parser.add_argument("--check", type=int, default=0, help="print E_total after N steps")
-    parser.add_argument("--json", help="write the results here (rank 0)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     manager = DistributedManager.initialize(device="cpu")
     rows = []
     if manager.rank == 0:
-        print(f"# Ar LJ NVE, float64, {manager.world_size} rank(s), 1 thread each")
-        if not args.check:
-            print(f"{'atoms':>6} {'skin[Å]':>7} {'steps/s':>8} {'ms/step':>8} {'core-µs/atom':>12}")
+        title = f"# Ar LJ NVE, float64, {manager.world_size} rank(s), 1 thread each"
+        print_header(title, bool(args.check))
     try:
         for atoms in args.atoms:
             for skin in args.skin:
@@ -122,12 +104,11 @@ def main() -> None:
                 if args.check:
                     rows.append(check(run, args.check, skin, manager.rank))
                     continue
-                rate = steps_per_second(run, args.steps, args.rounds, args.warmup)
+                rate = median_rate(partial(run.run, None), run.comm.barrier, args)
                 n = int(run.comm.all_reduce(torch.tensor([run.batch.num_nodes]), "sum")[0])
                 rows.append({"atoms": n, "skin": skin, "steps_per_s": rate})
                 if manager.rank == 0:
-                    per_atom = 1e6 / rate / n * manager.world_size
-                    print(f"{n:6d} {skin:7.2f} {rate:8.2f} {1e3 / rate:8.2f} {per_atom:12.2f}")
+                    print_row(n, skin, rate, manager.world_size)
                 if args.profile:
                     report = profile(run, args.steps)
                     if manager.rank == 0:

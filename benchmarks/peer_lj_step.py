@@ -6,8 +6,8 @@
 
 Runs in a scratch venv holding nvalchemi-toolkit (`pip install torch==2.13.0
 nvalchemi-toolkit==0.2.0`); it is not a dependency of this repo and this file imports nothing
-from it. The job is cpu_lj_step.py's, built from the same tensors (`fcc_batch` of
-benchmarks/common.py, copied here because nvdd is not installed in the peer's venv): fcc argon
+from it. The job is cpu_lj_step.py's, built from the same tensors (benchmarks/lj_job.py, which both
+drivers share and which imports no nvdd, absent from the peer's venv): fcc argon
 (a = 5.26 Å, rattled 0.05 Å with torch seed 0, 60 K velocities from numpy seed 0, mass 40),
 LJ ε 0.0104 eV, σ 3.40 Å, hard cutoff 8.5 Å (no shift, no switching), dt 1 fs, float64, one
 thread per rank, run as `DomainParallel(NVE(LennardJonesModelWrapper))` with the peer's
@@ -24,39 +24,38 @@ with `cpu_lj_step.py --check N` (the peer's fs is CODATA 2018, ASE's 2014: dt di
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
-import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
-
-EPSILON, SIGMA, CUTOFF, LATTICE, DT_FS = 0.0104, 3.40, 8.5, 5.26, 1.0
-FCC_BASIS = ((0.0, 0.0, 0.0), (0.0, 0.5, 0.5), (0.5, 0.0, 0.5), (0.5, 0.5, 0.0))
-KB_EV = 8.617333262e-5
+from lj_job import (
+    ARGON_MASS,
+    CUTOFF,
+    DT_FS,
+    EPSILON,
+    LATTICE,
+    SIGMA,
+    fcc_crystal,
+    job_arguments,
+    maxwell_velocities,
+    median_rate,
+    print_check,
+    print_header,
+    print_row,
+)
 
 
 def fcc_tensors(n_atoms: int, temperature: float = 60.0) -> dict[str, torch.Tensor]:
     """benchmarks/common.py `fcc_batch(n, 5.26, (18,), float64, cpu, 60)`, as plain tensors."""
-    repeats = max(1, round((n_atoms / 4) ** (1.0 / 3.0)))
-    grid = torch.stack(
-        torch.meshgrid(*(torch.arange(repeats, dtype=torch.float64),) * 3, indexing="ij"), dim=-1
-    ).reshape(-1, 1, 3)
-    positions = ((grid + torch.tensor(FCC_BASIS, dtype=torch.float64)) * LATTICE).reshape(-1, 3)
-    generator = torch.Generator().manual_seed(0)
-    positions += 0.05 * torch.randn(positions.shape, generator=generator, dtype=torch.float64)
+    positions, cell = fcc_crystal(n_atoms, LATTICE, 0.05, torch.float64, torch.device("cpu"))
     n = positions.shape[0]
-    sigma = np.sqrt(KB_EV * temperature / 40.0)
-    velocities = torch.tensor(np.random.default_rng(0).normal(scale=sigma, size=(n, 3)))
     return {
         "positions": positions,
         "atomic_numbers": torch.full((n,), 18, dtype=torch.long),
-        "atomic_masses": torch.full((n,), 40.0, dtype=torch.float64),
-        "velocities": velocities,
-        "cell": (torch.eye(3, dtype=torch.float64) * (repeats * LATTICE)).unsqueeze(0),
+        "atomic_masses": torch.full((n,), ARGON_MASS, dtype=torch.float64),
+        "velocities": torch.tensor(maxwell_velocities(n, temperature)),
+        "cell": cell.unsqueeze(0),
         "pbc": torch.ones(1, 3, dtype=torch.bool),
     }
 
@@ -133,19 +132,12 @@ def barrier(distributed: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--atoms", type=int, nargs="+", default=[2048, 4000])
-    parser.add_argument("--skin", type=float, nargs="+", default=[0.0, 1.0], help="Å")
-    parser.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser = job_arguments(__doc__.splitlines()[0])
     parser.add_argument(
         "--nl-method",
         default="cell_list_atom_centric",
         help="the peer's neighbour-list method; 'auto': its own pick (naive O(N^2) at 2,048)",
     )
-    parser.add_argument("--check", type=int, default=0, help="print E_total after N steps")
-    parser.add_argument("--json", help="write the results here (rank 0)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -164,9 +156,8 @@ def main() -> None:
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     rows = []
     if rank == 0:
-        print(f"# peer nvalchemi-toolkit, Ar LJ NVE, float64, {world} rank(s), 1 thread each")
-        if not args.check:
-            print(f"{'atoms':>6} {'skin[Å]':>7} {'steps/s':>8} {'ms/step':>8} {'core-µs/atom':>12}")
+        title = f"# peer nvalchemi-toolkit, Ar LJ NVE, float64, {world} rank(s), 1 thread each"
+        print_header(title, bool(args.check))
     try:
         for atoms in args.atoms:
             for skin in args.skin:
@@ -175,19 +166,17 @@ def main() -> None:
                     batch = run.run(batch, n_steps=1)  # primes forces, then one step
                     rows.append(check(run, batch, args.check, atoms, skin, distributed, rank))
                     continue
-                batch = run.run(batch, n_steps=args.warmup)
-                rates = []
-                for _ in range(args.rounds):
-                    barrier(distributed)
-                    start = time.perf_counter()
-                    batch = run.run(batch, n_steps=args.steps)
-                    rates.append(args.steps / (time.perf_counter() - start))
-                rate = statistics.median(rates)
+                owned = [batch]  # the peer's run returns the batch it advanced
+
+                def advance(n: int, run=run, owned=owned) -> None:
+                    owned[0] = run.run(owned[0], n_steps=n)
+
+                rate = median_rate(advance, lambda: barrier(distributed), args)
+                batch = owned[0]
                 n = total_energy(run, batch, distributed)[2]
                 rows.append({"atoms": n, "skin": skin, "steps_per_s": rate})
                 if rank == 0:
-                    per_atom = 1e6 / rate / n * world
-                    print(f"{n:6d} {skin:7.2f} {rate:8.2f} {1e3 / rate:8.2f} {per_atom:12.2f}")
+                    print_row(n, skin, rate, world)
         if rank == 0 and args.json:
             with open(args.json, "w") as handle:
                 json.dump({"args": vars(args), "ranks": world, "rows": rows}, handle, indent=1)
@@ -201,13 +190,7 @@ def check(run, batch, n_steps: int, atoms: int, skin: float, distributed: bool, 
     first = total_energy(run, batch, distributed)
     batch = run.run(batch, n_steps=n_steps - 1)
     last = total_energy(run, batch, distributed)
-    if rank == 0:
-        for step, (pot, kin, n) in ((1, first), (n_steps, last)):
-            print(
-                f"CHECK atoms {n} skin {skin:.2f} step {step:3d} "
-                f"E_pot {pot:.15e} E_kin {kin:.15e} E_tot {pot + kin:.15e}"
-            )
-    return {"atoms": first[2], "skin": skin, "steps": n_steps, "e_total": sum(last[:2])}
+    return print_check(skin, n_steps, first, last) if rank == 0 else {}
 
 
 if __name__ == "__main__":
