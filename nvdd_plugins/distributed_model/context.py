@@ -6,7 +6,13 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.comm import all_reduce_sum, copy_to_ghosts, copy_to_ghosts_
+from nvdd_plugins.comm import (
+    all_reduce_sum,
+    copy_to_ghosts,
+    copy_to_ghosts_,
+    sum_ghosts_into_owners,
+)
+from nvdd_plugins.spec import OwnedRows
 
 __all__ = ["HaloContext"]
 
@@ -66,6 +72,16 @@ class HaloContext:
         if not self.exchanges:
             return tensor
         return copy_to_ghosts(tensor, self.slot)
+
+    def sum_into_owners(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The adjoint of `refresh`: ghost rows added into their owners' rows, then zeroed."""
+        if not self.exchanges:
+            return tensor
+        return sum_ghosts_into_owners(tensor, self.slot)
+
+    def owned_rows(self) -> OwnedRows:
+        """This layout as a model sees it through `nvdd_plugins.spec.owned_rows`."""
+        return OwnedRows(self.n_owned, self.n_rows, self.refresh, self.sum_into_owners)
 
     def refresh_rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """`refresh` for a node-indexed tensor; any other tensor is returned as it is."""

@@ -26,7 +26,7 @@ from nvdd_plugins.distributed_model.interception import (
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, refreshing_marks
+from nvdd_plugins.spec import MLIPSpec, OwnedRows, refreshing_marks
 
 __all__ = ["SpecRunner"]
 
@@ -55,6 +55,7 @@ class SpecRunner:
         self._claims_verified = not (self._marked or self._target_row is not None)
         self._compiled: Any = None
         self._slot = HaloSlot()
+        self._all_own_atoms = False  # every rank owns atoms (decided at each rebuild)
 
     def rebuilt(self) -> None:
         """The view changed: check the next forward."""
@@ -71,6 +72,8 @@ class SpecRunner:
             in_place=not self.config.compile,
             exchanges=view.plan.exchanges,
         )
+        if self.checking and self._marked:
+            self._all_own_atoms = self._every_rank_owns_atoms(view)
         try:
             with replaced_helpers(self.spec.distribution.third_party_helpers):
                 if self.config.compile and not self.checking:
@@ -79,7 +82,7 @@ class SpecRunner:
                     return self._verified_forward(batch, ctx)
                 batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
                 if self._marked and not self.checking:
-                    with refreshing_marks(ctx.refresh_rows):
+                    with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                         return self.model(batch)
                 return self._forward_in_mode(batch, ctx, check_indices=self.checking)
         except IndexError as err:
@@ -87,6 +90,17 @@ class SpecRunner:
             if bool((batch.edge_index >= view.n_rows).any()):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
+
+    def _every_rank_owns_atoms(self, view: HaloView) -> bool:
+        """Whether no rank's view is empty of owned atoms (collective)."""
+        empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
+        return float(self.comm.all_reduce(empty, "sum")) == 0
+
+    def _owned_rows(self, ctx: HaloContext) -> OwnedRows | None:
+        """The layout a model may compute owned rows only on (`owned_rows`): every rank
+        must take that path, since it exchanges differently, and a model may not run it
+        on zero rows (mace cannot)."""
+        return ctx.owned_rows() if self._all_own_atoms else None
 
     def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
         """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
@@ -107,7 +121,7 @@ class SpecRunner:
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
         batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
         if self._marked:
-            with refreshing_marks(ctx.refresh_rows):
+            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                 out = self.model(batch)
         else:
             out = self._forward_in_mode(batch, ctx)

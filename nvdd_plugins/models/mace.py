@@ -4,13 +4,17 @@ The wrapper hands mace its prebuilt graph (positions, edges, shifts, one-hot spe
 returns per-atom energies; the framework derives forces and stress by autograd. Every mace
 aggregation onto atoms is mace's `scatter_sum` (e3nn, and cuEquivariance on a CPU) or the
 fused cuEquivariance convolution (see `nvdd_plugins.models.cueq`); the spec marks both as
-node aggregations, so eager runs need no per-op interception.
+node aggregations, so eager runs need no per-op interception. Those runs go through mace's
+own LAMMPS code path (`nvdd_plugins.spec.owned_rows`): per-atom work after the first
+aggregation on owned rows only, node features exchanged once per later interaction.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from os import PathLike
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +31,9 @@ from nvdd_plugins.spec import (
     MethodAdapter,
     MLIPSpec,
     OpAdapter,
+    OwnedRows,
     PythonAdapter,
+    owned_rows,
     scattered_onto_nodes,
 )
 
@@ -71,6 +77,9 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         heads = list(getattr(model, "heads", ["default"]))
         self.head = head
         self.head_index = heads.index(head) if head is not None else 0
+        # mace's LAMMPS code path computes per-atom work on owned rows only
+        forward_parameters = inspect.signature(model.forward).parameters
+        self._owned_rows_mode = "lammps_mliap" in forward_parameters
         self.model_config = ModelConfig(
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
@@ -132,22 +141,40 @@ class MACEWrapper(nn.Module, BaseModelMixin):
             self.check_species(numbers)
         species = self.species_index[numbers]
         dtype = inputs.positions.dtype
-        node_attrs = nn.functional.one_hot(species, self.n_species).to(dtype)
         data = {
             "positions": inputs.positions,
             "edge_index": inputs.edge_index,
             "shifts": inputs.shifts,
             "unit_shifts": torch.zeros_like(inputs.shifts),
             "cell": inputs.cell.reshape(-1, 3),
-            "node_attrs": node_attrs,
+            "node_attrs": nn.functional.one_hot(species, self.n_species).to(dtype),
             "batch": inputs.batch_idx,
             "ptr": inputs.ptr,
             "head": torch.full((inputs.num_graphs,), self.head_index, device=numbers.device),
         }
-        out = self.model(data, training=False, compute_force=False)
-        energies = out["node_energy"].to(dtype)
+        with owned_rows() as rows:
+            if rows is not None and self._owned_rows_mode:
+                energies = self._owned_node_energies(data, rows)
+            else:
+                energies = self.model(data, training=False, compute_force=False)["node_energy"]
+        energies = energies.to(dtype)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
         return {"energies": energies, "energy": energy}
+
+    def _owned_node_energies(self, data: dict[str, Any], rows: OwnedRows) -> torch.Tensor:
+        """Per-atom energies through mace's own LAMMPS code path: after the first
+        aggregation mace computes owned rows only, and before each later message pass it
+        exchanges node features (ghost rows from their owners: `rows.refresh`). Ghost rows'
+        energies are zero."""
+        positions, (sender, receiver) = data["positions"], data["edge_index"]
+        n_ghost = rows.n_rows - rows.n_owned
+        data["vectors"] = positions[receiver] - positions[sender] + data["shifts"]
+        data["natoms"] = (rows.n_owned, n_ghost)
+        data["lammps_class"] = _GhostExchange(rows)
+        data["batch"] = data["batch"][: rows.n_owned]
+        out = self.model(data, training=False, compute_force=False, lammps_mliap=True)
+        owned = out["node_energy"]
+        return torch.cat([owned, owned.new_zeros(n_ghost)])
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
         """For the halo strategy: `mace_spec()`, or `cueq_mace_spec()` for a
@@ -241,6 +268,22 @@ def random_mace(
             atomic_inter_shift=0.0,
         )
     return model.to(dtype)
+
+
+class _GhostExchange:
+    """What mace's LAMMPS code path calls to exchange node features (its `LAMMPS_MP`
+    autograd function): ghost rows from their owners, and the adjoint in backward."""
+
+    def __init__(self, rows: OwnedRows) -> None:
+        self.rows = rows
+
+    def forward_exchange(self, features: torch.Tensor, out: torch.Tensor, width: int) -> None:
+        """`out` = `features` with ghost rows from their owners."""
+        out.copy_(self.rows.refresh(features))
+
+    def reverse_exchange(self, grad: torch.Tensor, out: torch.Tensor, width: int) -> None:
+        """`out` = `grad` with ghost rows summed into their owners' rows."""
+        out.copy_(self.rows.refresh_adjoint(grad))
 
 
 def _uses_cuequivariance(model: nn.Module) -> bool:

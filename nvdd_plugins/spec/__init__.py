@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, PythonAdapter
 from nvdd_plugins.spec.kinds import OutputKind
-from nvdd_plugins.spec.marks import refreshing_marks, scattered_onto_nodes
+from nvdd_plugins.spec.marks import OwnedRows, owned_rows, refreshing_marks, scattered_onto_nodes
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
 from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy
 from nvdd_plugins.spec.presets import ENERGY_KINDS, SPEC_MPNN_HALO
@@ -29,10 +29,12 @@ __all__ = [
     "MethodAdapter",
     "OpAdapter",
     "OutputKind",
+    "OwnedRows",
     "PythonAdapter",
     "ScatterOutputs",
     "SliceOwned",
     "Transform",
+    "owned_rows",
     "refreshing_marks",
     "scattered_onto_nodes",
 ]

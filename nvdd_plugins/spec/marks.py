@@ -3,6 +3,10 @@
 `OpAdapter` covers an opaque op whose every call aggregates. Some kernels aggregate in one
 call and not in another (cuEquivariance's `uniform_1d` scatters only when given output
 indices); the Python code around such a kernel knows which, and says so with this mark.
+
+`owned_rows` goes one step further, for a model that knows where its per-atom work is: it
+tells such a model which rows are owned, so per-atom work after an aggregation can skip the
+ghost rows (MACE: its own LAMMPS code path, node features exchanged once per interaction).
 """
 
 from __future__ import annotations
@@ -10,16 +14,44 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_unary
 
-__all__ = ["refreshing_marks", "scattered_onto_nodes"]
+__all__ = ["OwnedRows", "owned_rows", "refreshing_marks", "scattered_onto_nodes"]
 
 # The ghost-row refresh of a distributed forward that runs without op interception.
-_REFRESH: ContextVar[Callable[[torch.Tensor], torch.Tensor] | None] = ContextVar(
-    "nvdd_refresh", default=None
-)
+
+
+@dataclass(frozen=True)
+class OwnedRows:
+    """The rows of a distributed forward that runs without op interception: the first
+    `n_owned` of `n_rows` are this rank's atoms, the others ghosts (then padding).
+
+    Attributes:
+        n_owned: owned rows (first).
+        n_rows: all rows.
+        refresh: a copy of a node-indexed tensor whose ghost rows hold their owners' rows
+            (differentiable: ghost gradients go to the owners).
+        refresh_adjoint: a copy whose ghost rows are added into their owners' rows, then
+            zeroed (the backward of `refresh`).
+    """
+
+    n_owned: int
+    n_rows: int
+    refresh: Callable[[torch.Tensor], torch.Tensor]
+    refresh_adjoint: Callable[[torch.Tensor], torch.Tensor]
+
+
+class _Marks(NamedTuple):
+    refresh: Callable[[torch.Tensor], torch.Tensor]
+    rows: OwnedRows | None
+
+
+# How marked tensors are refreshed in a distributed forward without op interception.
+_MARKS: ContextVar[_Marks | None] = ContextVar("nvdd_marks", default=None)
 
 
 def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
@@ -28,16 +60,37 @@ def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
     take their owners' rows, as `ScatterOutputs` does for an adapted op's output."""
     if has_torch_function_unary(tensor):  # dispatched to the active interception mode
         return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
-    refresh = _REFRESH.get()
-    return tensor if refresh is None else refresh(tensor)
+    marks = _MARKS.get()
+    return tensor if marks is None else marks.refresh(tensor)
 
 
 @contextmanager
-def refreshing_marks(refresh: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+def refreshing_marks(
+    refresh: Callable[[torch.Tensor], torch.Tensor], rows: OwnedRows | None = None
+) -> Iterator[None]:
     """Inside the block (this thread), marked tensors go through `refresh` (which leaves
-    tensors that are not node-indexed as they are)."""
-    token = _REFRESH.set(refresh)
+    tensors that are not node-indexed as they are), and `owned_rows` yields `rows`."""
+    token = _MARKS.set(_Marks(refresh, rows))
     try:
         yield
     finally:
-        _REFRESH.reset(token)
+        _MARKS.reset(token)
+
+
+@contextmanager
+def owned_rows() -> Iterator[OwnedRows | None]:
+    """For a model that computes per-atom work on owned rows only and keeps the ghost rows
+    it needs current itself (e.g. node features exchanged before each message pass with
+    `rows.refresh`): the row layout of a distributed forward without op interception, and,
+    inside the block, marks are not refreshed. None in any other forward (one process,
+    under interception, or a mesh where some rank owns no atoms), where the model computes
+    every row as usual."""
+    marks = _MARKS.get()
+    if marks is None or marks.rows is None:
+        yield None
+        return
+    token = _MARKS.set(None)
+    try:
+        yield marks.rows
+    finally:
+        _MARKS.reset(token)

@@ -1,6 +1,7 @@
 """How many halo exchanges one step makes: positions plus one per message-passing layer in
-the forward, the same again in the backward; none at one rank, where periodic images are
-shifts, not ghost rows. A counting communicator sees every exchange."""
+the forward, the same again in the backward (MACE: one per layer after the first, whose
+node features are the species'); none at one rank, where periodic images are shifts, not
+ghost rows. A counting communicator sees every exchange."""
 
 from __future__ import annotations
 
@@ -63,10 +64,12 @@ def test_mpnn_exchanges_per_step(n_layers: int) -> None:
 
 @pytest.mark.mace
 @pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace-torch")
-def test_mace_exchanges_per_step_without_interception() -> None:
+def test_mace_exchanges_per_step_on_owned_rows() -> None:
     from nvdd_plugins.models import MACEWrapper
     from tests.helpers.mace_models import tiny_mace, with_two_species
 
     atoms = with_two_species(SYSTEMS["bulk"]())
     for counts in _steady_counts(MACEWrapper(tiny_mace()), atoms, 2):
-        assert counts == [2 * (2 + 1)] * 3  # two interaction layers, marked scatters
+        # two interaction layers through mace's owned-rows (LAMMPS) path: positions, then
+        # node features before the second layer (the marked scatters would make it 6)
+        assert counts == [2 * 2] * 3
