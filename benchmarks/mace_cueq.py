@@ -25,6 +25,7 @@ at --cases sizes, reporting out-of-memory instead of failing (its largest system
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -169,10 +170,34 @@ def _dd_step_time(
     del full
     _reset_memory(device)
     seconds = median_seconds(lambda: dd.model(owned, ("energy", "forces")), args.repeats, device)
+    if args.exchange_share and mesh.world_size > 1:
+        share = nccl_share(lambda: dd.model(owned, ("energy", "forces")), device)
+        print(f"rank {mesh.rank}: NCCL kernels {share:.2%} of the step", flush=True)
     total = int(mesh.all_reduce(torch.tensor([total], device=device), "sum").item())
     resident = torch.cuda.memory_allocated(device) / 2**30
     print(f"rank {mesh.rank}: {total} atoms, {resident:.2f} GiB held between steps", flush=True)
     return seconds, total, _peak_gib(device)
+
+
+def nccl_share(step: Callable[[], Any], device: torch.device, steps: int = 5) -> float:
+    """GPU time in NCCL kernels over the wall time of `steps` calls of `step` (profiled)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    nccl_us = sum(
+        event.device_time_total
+        for event in prof.key_averages()
+        # the kernels (ncclDevKernel_*, ncclKernel_*), not the "nccl:*" host ranges above them
+        if event.key.startswith("nccl") and not event.key.startswith("nccl:")
+    )
+    return nccl_us * 1e-6 / wall
 
 
 def multi(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,6 +264,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--float64-check", action="store_true", help="single: both float32 forces vs float64"
+    )
+    parser.add_argument(
+        "--exchange-share", action="store_true", help="multi: profile NCCL's share of a step"
     )
     parser.add_argument("--json")
     args = parser.parse_args()
