@@ -136,13 +136,35 @@ class SpatialPartitioner:
         of the exact distance test, so extra ghosts are possible but none is missed.
         """
         device = positions.device
-        n = positions.shape[0]
         imaged_axes = (self.frame.pbc & ~self.wrapped_axes).tolist()
         if self.world_size == 1 and not any(imaged_axes):
             # One sub-domain and no periodic axis needing self-images: nothing to send.
             rows = torch.zeros(0, dtype=torch.int64, device=device)
             return GhostImages(rows, rows, torch.zeros((0, 3), dtype=torch.int64, device=device))
         home, wrap = self.owned_fractional(positions, owner_rank)
+        atom, rank, image = self._memberships(home)
+        keep = ~((rank == owner_rank) & (image == 0).all(dim=1))
+        atom, rank, image = atom[keep], rank[keep], image[keep]
+        order = torch.argsort(rank * (positions.shape[0] + 1) + atom, stable=True)
+        units = image[order] - wrap[atom[order]]
+        return GhostImages(atom[order], rank[order], units)
+
+    def domain_images(self, positions: torch.Tensor) -> GhostImages:
+        """Every image of every atom within the halo width of each sub-domain, its home
+        image in its own sub-domain included (the rows of sub-domains evaluated one after
+        another in one process); grouped by sub-domain. Units take each atom to its image
+        from `positions`, as in `ghost_images`."""
+        home, wrap = self.home_fractional(positions)
+        atom, rank, image = self._memberships(home)
+        order = torch.argsort(rank * (positions.shape[0] + 1) + atom, stable=True)
+        return GhostImages(atom[order], rank[order], image[order] - wrap[atom[order]])
+
+    def _memberships(self, home: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(atom, sub-domain, image) of every image of the fractional positions `home` in a
+        sub-domain's slab expanded by the halo width (images only on imaged axes)."""
+        device = home.device
+        n = home.shape[0]
+        imaged_axes = (self.frame.pbc & ~self.wrapped_axes).tolist()
         reach = (self.halo_width / self.frame.widths).tolist()
         axis_entries = []
         for axis in range(3):
@@ -170,8 +192,4 @@ class SpatialPartitioner:
         image = torch.stack([ix[pick_x][pick_xy], iy[pick_y][pick_xy], iz[pick_z]], dim=1)
         _, py, pz = self.grid
         rank = (domain[:, 0] * py + domain[:, 1]) * pz + domain[:, 2]
-        keep = ~((rank == owner_rank) & (image == 0).all(dim=1))
-        atom, rank, image = atom[keep], rank[keep], image[keep]
-        order = torch.argsort(rank * (n + 1) + atom, stable=True)
-        units = image[order] - wrap[atom[order]]
-        return GhostImages(atom[order], rank[order], units)
+        return atom, rank, image

@@ -1,4 +1,5 @@
-"""Model wrappers: the base mixin, the reference models, and single-process evaluation."""
+"""Model wrappers: the base mixin, the reference models, and single-process evaluation
+(whole, or in chunks one after another)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from nvdd_plugins.models.base import (
     NeighborConfig,
     NeighborListFormat,
 )
+from nvdd_plugins.models.chunked import ChunkedEvaluator, ChunkPlan
 from nvdd_plugins.models.evaluate import (
     ModelEvaluator,
     apply_strain,
@@ -23,6 +25,8 @@ from nvdd_plugins.models.mpnn import SimpleMPNN
 __all__ = [
     "SPEC_LJ_HALO",
     "BaseModelMixin",
+    "ChunkPlan",
+    "ChunkedEvaluator",
     "LennardJonesModel",
     "MACEWrapper",
     "ModelConfig",

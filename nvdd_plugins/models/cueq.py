@@ -65,10 +65,10 @@ def uniform_1d_forward(
     ]
 
 
-def cueq_mace_spec() -> MLIPSpec:
+def cueq_mace_spec(n_layers: int | None = None) -> MLIPSpec:
     """`mace_spec` plus the cuEquivariance kernels: the fused convolution's scatter is marked
     (a `MethodAdapter` on `uniform_1d`'s forward); the per-row kernels loaded in this
-    process are declared so."""
+    process are declared so; `n_layers`: the model's interactions."""
     kernels = tuple(
         OpAdapter(op=getattr(torch.ops.cuequivariance, name))
         for name in _PER_ROW_KERNELS
@@ -81,4 +81,4 @@ def cueq_mace_spec() -> MLIPSpec:
         ),
         replacement=uniform_1d_forward,
     )
-    return mace_spec(kernels, (method,))
+    return mace_spec(kernels, (method,), n_layers)

@@ -181,11 +181,12 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         cuEquivariance model."""
         if strategy not in (None, StrategyKind.HALO):
             return None
+        n_layers = len(self.model.interactions)
         if self.cuequivariance:
             from nvdd_plugins.models.cueq import cueq_mace_spec  # optional dependency
 
-            return cueq_mace_spec()
-        return mace_spec()
+            return cueq_mace_spec(n_layers)
+        return mace_spec(n_layers=n_layers)
 
 
 def marked_scatter_sum(
@@ -202,10 +203,15 @@ def marked_scatter_sum(
     return scattered_onto_nodes(scatter_sum(src, index, dim, out, dim_size, reduce))
 
 
-def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter] = ()) -> MLIPSpec:
+def mace_spec(
+    kernels: Sequence[OpAdapter] = (),
+    helpers: Sequence[MethodAdapter] = (),
+    n_layers: int | None = None,
+) -> MLIPSpec:
     """`SPEC_MPNN_HALO` with mace's interaction-block `scatter_sum` marked (so eager forwards
     run without op interception) and messages written onto receivers only (so edges into
-    ghost rows are dropped), plus `kernels` and `helpers` of a backend."""
+    ghost rows are dropped), plus `kernels` and `helpers` of a backend; `n_layers`: the
+    model's interactions."""
     marked = tuple(
         PythonAdapter(target=f"{module}:scatter_sum", replacement=marked_scatter_sum)
         for module in ("mace.modules.blocks", "mace.modules.wrapper_ops")
@@ -219,6 +225,7 @@ def mace_spec(kernels: Sequence[OpAdapter] = (), helpers: Sequence[MethodAdapter
             edge_target_row=1,  # mace: sender, receiver = edge_index
         ),
         output_kinds=SPEC_MPNN_HALO.output_kinds,
+        n_layers=n_layers,
     )
 
 

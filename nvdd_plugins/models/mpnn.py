@@ -7,6 +7,7 @@ filtered in `adapt_input`, and minimum-image displacements (so it needs no shift
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -144,5 +145,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """`SPEC_MPNN_HALO` for the halo strategy."""
-        return SPEC_MPNN_HALO if strategy in (None, StrategyKind.HALO) else None
+        """`SPEC_MPNN_HALO` with this model's layer count, for the halo strategy."""
+        if strategy not in (None, StrategyKind.HALO):
+            return None
+        return dataclasses.replace(SPEC_MPNN_HALO, n_layers=len(self.layers))

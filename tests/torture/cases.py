@@ -16,9 +16,9 @@ from ase.md.velocitydistribution import thermalize_momenta
 
 from tests.torture.zoo import MODEL_KINDS, OP_GROUPS, ModelSpec
 
-PATHS = ("replicated", "trajectory", "ase", "gloo")
+PATHS = ("replicated", "trajectory", "ase", "gloo", "chunked")
 """How a case is run (see tests/torture/paths.py)."""
-PATH_WEIGHTS = {"replicated": 0.55, "trajectory": 0.17, "ase": 0.2, "gloo": 0.08}
+PATH_WEIGHTS = {"replicated": 0.5, "trajectory": 0.17, "ase": 0.18, "gloo": 0.08, "chunked": 0.07}
 FAMILIES = {
     "bulk": "periodic-style filling: jittered lattice or random with a 2 Å minimum distance",
     "slab": "a layer along one axis, vacuum around it",

@@ -23,6 +23,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
+from nvdd_plugins.models import ChunkedEvaluator
 from tests.helpers import oracle
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import properties_for, reference, replicated
@@ -283,7 +284,25 @@ def _oracle(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 _STATUS = ((AssertionError, "mismatch"), (CaseHang, "hang"), (_OracleFailed, "oracle"))
-RUNNERS = {"replicated": _replicated, "trajectory": _trajectory, "ase": _ase, "gloo": _gloo}
+def _chunked(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
+    """One process, the system cut into `world_size` chunks (or the case's grid) evaluated
+    one after another with a ghost shell of n_layers cutoffs."""
+    properties = properties_for(atoms)
+    ref = _oracle(reference, model, atoms, properties)
+    grid = case.grid or (case.world_size, 1, 1)
+    evaluator = ChunkedEvaluator(model, n_layers=case.model.n_layers, grid=grid)
+    result = oracle.requested(evaluator(Batch.from_atoms(atoms), properties), properties)
+    worst = _check_ranks([result], ref, len(atoms), f"chunked {grid}")
+    return Outcome(case, "pass", deviations=worst)
+
+
+RUNNERS = {
+    "replicated": _replicated,
+    "trajectory": _trajectory,
+    "ase": _ase,
+    "gloo": _gloo,
+    "chunked": _chunked,
+}
 
 
 def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:

@@ -26,6 +26,8 @@ CI_SEEDS = (*range(1000, 1110), 2018, 2023, 2035, 2086, 114)
 with a zero cell vector on an open axis under a minimum-image model."""
 GLOO_SEEDS = (3005, 3006, 3008, 3013, 3016)
 """Real gloo processes at 2 and 3 ranks: evaluate_replicated and a 30-step DomainParallel run."""
+CHUNKED_SEEDS = tuple(range(4000, 4030))
+"""One process, the system evaluated in 1 to 8 chunks one after another (ChunkedEvaluator)."""
 
 
 @functools.cache
@@ -48,6 +50,13 @@ def _check(case: Case) -> None:
 @pytest.mark.parametrize("seed", CI_SEEDS, ids=[_label(seed, SIMULATED_PATHS) for seed in CI_SEEDS])
 def test_simulated_case(seed: int) -> None:
     _check(_case(seed, SIMULATED_PATHS))
+
+
+@pytest.mark.parametrize(
+    "seed", CHUNKED_SEEDS, ids=[_label(seed, ("chunked",)) for seed in CHUNKED_SEEDS]
+)
+def test_chunked_case(seed: int) -> None:
+    _check(_case(seed, ("chunked",)))
 
 
 @pytest.mark.multiprocess

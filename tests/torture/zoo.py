@@ -260,6 +260,13 @@ class ModelSpec:
         return all(op_is_skin_safe(op) for op in self.ops)
 
     @property
+    def n_layers(self) -> int:
+        """Message-passing layers: cutoffs an atom's energy can see."""
+        if self.kind in ("mpnn", "simple"):
+            return max(1, len(self.ops))
+        return 2 if self.kind == "mace" else 1
+
+    @property
     def cuequivariance(self) -> bool:
         """MACE cases with an odd seed run the cuEquivariance conversion (when installed)."""
         return self.kind == "mace" and self.seed % 2 == 1 and cueq_available()

@@ -1,0 +1,115 @@
+"""ChunkedEvaluator: a system evaluated in spatial chunks one after another equals the whole
+system evaluated at once (float64 tolerances), for a kernel model (LJ: forces and per-atom
+stresses from the kernel), an autograd MPNN and tiny MACE, periodic, slab and open."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import ase.build
+import pytest
+import torch
+from ase import Atoms
+
+from nvdd_plugins import Batch
+from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.models import ChunkedEvaluator, LennardJonesModel, SimpleMPNN
+from tests.helpers.oracle import assert_close, errors, properties_for, reference
+
+
+def _copper(pbc: tuple[bool, bool, bool]) -> Atoms:
+    """480 rattled fcc Cu atoms (21.7 x 18.1 x 14.4 Å); open axes get no cell vector."""
+    atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat((6, 5, 4))
+    atoms.rattle(0.05, seed=1)
+    atoms.pbc = pbc
+    atoms.cell[[axis for axis in range(3) if not pbc[axis]]] = 0.0
+    return atoms
+
+
+SYSTEMS = {
+    "bulk": (True, True, True),
+    "slab": (True, True, False),
+    "cluster": (False, False, False),
+}
+MODELS = {
+    "lj": lambda: LennardJonesModel(0.0104, 2.3, 4.0, shift=True),
+    "mpnn": lambda: SimpleMPNN(cutoff=3.5, hidden=8, n_layers=2).double(),
+}
+
+
+def _chunked(model, atoms: Atoms, **options) -> dict[str, torch.Tensor]:
+    properties = properties_for(atoms)
+    return ChunkedEvaluator(model, **options)(Batch.from_atoms(atoms), properties)
+
+
+@pytest.mark.parametrize("grid", [(2, 1, 1), (2, 2, 1), (3, 2, 2)])
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("kind", MODELS)
+def test_chunks_equal_the_whole_system(kind: str, system: str, grid) -> None:
+    model, atoms = MODELS[kind](), _copper(SYSTEMS[system])
+    result = _chunked(model, atoms, grid=grid)
+    ref = reference(model, atoms, properties_for(atoms))
+    assert_close(errors(result, ref, len(atoms)), f"{kind} {system} {grid}")
+    if "stresses" in ref:  # NaN without a cell volume, on both sides
+        torch.testing.assert_close(
+            result["stresses"], ref["stresses"], atol=1e-9, rtol=0, equal_nan=True
+        )
+
+
+@pytest.mark.mace
+@pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace-torch")
+@pytest.mark.parametrize("system", ["bulk", "cluster"])
+def test_mace_in_chunks(system: str) -> None:
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace, with_two_species
+
+    model, atoms = MACEWrapper(tiny_mace()), with_two_species(_copper(SYSTEMS[system]))
+    result = _chunked(model, atoms, grid=(2, 2, 1))
+    assert_close(errors(result, reference(model, atoms, properties_for(atoms)), len(atoms)))
+
+
+def test_too_thin_a_shell_is_wrong() -> None:
+    """Negative control: a two-layer model evaluated with a one-cutoff shell."""
+    model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
+    result = _chunked(model, atoms, grid=(3, 1, 1), n_layers=1)
+    errs = errors(result, reference(model, atoms, properties_for(atoms)), len(atoms))
+    assert errs["forces"] > 1e-6, errs
+
+
+def test_max_atoms_picks_chunks_that_fit() -> None:
+    model, atoms = MODELS["lj"](), _copper(SYSTEMS["bulk"])
+    evaluator = ChunkedEvaluator(model, max_atoms=400)
+    plan = evaluator.plan(Batch.from_atoms(atoms))
+    assert len(plan.rows) > 1 and max(plan.rows) <= 400
+    assert plan.redundancy == pytest.approx(sum(plan.rows) / len(atoms) - 1.0)
+    ref = reference(model, atoms, properties_for(atoms))
+    result = evaluator(Batch.from_atoms(atoms), properties_for(atoms))
+    assert_close(errors(result, ref, len(atoms)))
+
+
+def test_clear_errors() -> None:
+    model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
+    with pytest.raises(ValueError, match="raise max_atoms"):
+        ChunkedEvaluator(model, max_atoms=100).plan(Batch.from_atoms(atoms))
+    with pytest.raises(ValueError, match="positive"):
+        ChunkedEvaluator(model, max_atoms=0)
+    no_layers = MODELS["mpnn"]()
+    no_layers.distribution_spec = lambda strategy=None: None
+    with pytest.raises(ValueError, match="n_layers"):
+        ChunkedEvaluator(no_layers)
+
+
+def test_nve_in_chunks_follows_the_whole_system() -> None:
+    model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
+    runs = []
+    for chunked in (False, True):
+        batch = Batch.from_atoms(atoms)
+        generator = torch.Generator().manual_seed(0)
+        velocities = torch.randn(batch.positions.shape, generator=generator, dtype=torch.float64)
+        batch.add_node_property("velocities", velocities * 0.01)
+        dynamics = NVE(model, dt=1.0)
+        if chunked:
+            dynamics.evaluator = ChunkedEvaluator(model, grid=(2, 2, 1))
+        dynamics.run(batch, 10)
+        runs.append(batch.positions.clone())
+    assert float((runs[0] - runs[1]).abs().max()) < 1e-8
