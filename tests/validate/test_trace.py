@@ -4,6 +4,7 @@ fails with the exact fix; a suggested adapter spec is verified to work."""
 from __future__ import annotations
 
 import inspect
+import threading
 
 import pytest
 import torch
@@ -80,6 +81,7 @@ def _validated_fix(model: defects.WithSpec, expected_line: str) -> None:
     model.spec = report.spec
     fixed = trace_and_validate(model)
     assert fixed.ok, fixed
+    assert "float64" in fixed.setting  # a model holding a spec converts
     assert any(r.handling is Handling.ADAPTER for r in fixed.ops)
 
 
@@ -115,3 +117,11 @@ def test_a_strategy_the_engine_lacks_is_refused() -> None:
     model.spec = SPEC_MPNN_HALO  # for any strategy
     with pytest.raises(RuntimeError, match="not available"):
         trace_and_validate(model, strategy=StrategyKind.GRAPH_PARTITION)
+
+
+def test_a_model_that_cannot_be_copied_is_validated_in_its_own_precision() -> None:
+    model = defects.mpnn()
+    model.lock = threading.Lock()  # deepcopy fails
+    report = trace_and_validate(model)
+    assert report.ok and "float32" in report.setting
+    assert any("float64 copy failed" in note for note in report.notes)
