@@ -85,15 +85,6 @@ class WithSpec(SimpleMPNN):
         return self.spec if self.spec is not None else super().distribution_spec(strategy)
 
 
-class PreSliced(SimpleMPNN):
-    """Returns the per-atom energies of the first half of the atoms only."""
-
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        out = super().forward(batch)
-        out["energies"] = out["energies"][: batch.num_nodes // 2]
-        return out
-
-
 class NoSentinelFilter(SimpleMPNN):
     """Uses the neighbour list as it comes, padding edges included; does not take Verlet
     pairs, so pairs beyond the cutoff come as sentinels."""

@@ -22,7 +22,7 @@ def test_a_factory_of_a_broken_wrapper_exits_1(capsys) -> None:
 
 
 def test_run_as_a_module() -> None:
-    command = [sys.executable, "-m", "nvdd_plugins.validate", "tests.validate.defects:PreSliced"]
+    command = [sys.executable, "-m", "nvdd_plugins.validate", "tests.helpers.systems:PreSlicedMPNN"]
     code, output = run_command(command, REPO, 120)
     assert code == 1, output
     assert "next action: return per-atom energies over all rows, not owned rows" in output

@@ -14,7 +14,7 @@ from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.spec import SPEC_MPNN_HALO, OpAdapter, ScatterOutputs
 from nvdd_plugins.validate import Handling, trace_and_validate
 from nvdd_plugins.validate.diagnose import MINIMUM_IMAGE, PRE_SLICED, SENTINELS
-from tests.helpers.systems import NotReboundInteraction
+from tests.helpers.systems import NotReboundInteraction, PreSlicedMPNN
 from tests.validate import defects
 
 
@@ -47,7 +47,7 @@ def test_wrong_numbers_fail_the_comparison(monkeypatch) -> None:
 
 
 def test_pre_sliced_energies() -> None:
-    report = trace_and_validate(defects.mpnn(cls=defects.PreSliced))
+    report = trace_and_validate(defects.mpnn(cls=PreSlicedMPNN))
     assert not report.ok and report.next_action == PRE_SLICED
     assert report.spec is None
 
