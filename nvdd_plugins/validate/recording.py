@@ -51,6 +51,7 @@ _LIBRARY_DIRS = tuple(
         _PACKAGE / "validate",
         _PACKAGE / "distributed_model",
         _PACKAGE / "comm",
+        _PACKAGE / "spec",
         Path(sysconfig.get_paths()["stdlib"]).resolve(),
     )
 )

@@ -10,7 +10,7 @@ import tests.torture.zoo  # noqa: F401  (registers torch.ops.torture.edge_scatte
 from nvdd_plugins import Batch
 from nvdd_plugins.models import ModelInputs, SimpleMPNN
 from nvdd_plugins.models.mpnn import _Interaction
-from nvdd_plugins.spec import MLIPSpec
+from nvdd_plugins.spec import MLIPSpec, scattered_onto_nodes
 from tests.helpers.systems import MPNN_CUTOFF, NotReboundInteraction
 
 
@@ -59,6 +59,15 @@ class OpaqueAggregationLayer(_Layer):
 
     def aggregate(self, h: torch.Tensor, receivers: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return torch.ops.torture.edge_scatter.default(m, receivers, h.shape[0])
+
+
+class MarkedAggregationLayer(_Layer):
+    """Aggregates through the opaque op and marks the result as an aggregation itself."""
+
+    def aggregate(self, h: torch.Tensor, receivers: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return scattered_onto_nodes(
+            torch.ops.torture.edge_scatter.default(m, receivers, h.shape[0])
+        )
 
 
 class OpaqueActivationLayer(_Layer):

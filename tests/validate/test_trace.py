@@ -3,6 +3,7 @@ fails with the exact fix; a suggested adapter spec is verified to work."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 
@@ -11,7 +12,7 @@ import torch
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.spec import SPEC_MPNN_HALO, OpAdapter, ScatterOutputs
+from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, OpAdapter, ScatterOutputs
 from nvdd_plugins.validate import Handling, trace_and_validate
 from nvdd_plugins.validate.diagnose import MINIMUM_IMAGE, PRE_SLICED, SENTINELS
 from tests.helpers.systems import NotReboundInteraction, PreSlicedMPNN
@@ -125,3 +126,20 @@ def test_a_model_that_cannot_be_copied_is_validated_in_its_own_precision() -> No
     report = trace_and_validate(model)
     assert report.ok and "float32" in report.setting
     assert any("float64 copy failed" in note for note in report.notes)
+
+
+def test_marked_aggregations_and_adapters_are_recorded_as_handled() -> None:
+    model = defects.mpnn(defects.MarkedAggregationLayer, cls=defects.WithSpec)
+    model.spec = dataclasses.replace(
+        SPEC_MPNN_HALO,
+        distribution=DistributionSpec(
+            custom_ops=(OpAdapter(op=torch.ops.torture.edge_scatter.default),)
+        ),
+    )
+    report = trace_and_validate(model)
+    assert report.ok, report
+    aggregate = defects.MarkedAggregationLayer.aggregate
+    marked = f"tests/validate/defects.py:{_line_of(aggregate, 'scattered_onto_nodes(')}"
+    adapted = f"tests/validate/defects.py:{_line_of(aggregate, 'edge_scatter')}"
+    handled = {(r.handling, r.site) for r in report.ops}
+    assert {(Handling.MARKED, marked), (Handling.ADAPTER, adapted)} <= handled
