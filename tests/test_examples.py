@@ -46,7 +46,16 @@ def test_distributed_nvt_under_mpirun() -> None:
 
 def test_byo_model_example() -> None:
     output = _ok([sys.executable, str(EXAMPLES / "distributed" / "04_byo_pytorch_mpnn.py")], 240)
+    assert "trace_and_validate: OK" in output
     assert "4 rank(s)" in output and "gives it back: True" in output
+
+
+def test_byo_custom_op_example() -> None:
+    script = EXAMPLES / "distributed" / "05_byo_graph_transformer.py"
+    output = _ok([sys.executable, str(script)], 240)
+    assert output.index("NOT OK") < output.index("trace_and_validate: OK")
+    assert "output_transforms={0: ScatterOutputs()}" in output
+    assert "validation verified: True" in output and "20 NVE steps" in output
 
 
 def test_ase_examples_under_mpirun(tmp_path) -> None:

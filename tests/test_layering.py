@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("distributed_model",),
     ("dynamics",),
     ("parallel",),
-    ("ase", "lammps_interface"),
+    ("ase", "lammps_interface", "validate"),
 )
 LEVEL = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 ROOTS = ("nvdd_plugins", "lammps_interface")

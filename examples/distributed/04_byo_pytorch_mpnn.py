@@ -4,8 +4,9 @@
 
 The wrapper below knows nothing about ranks. It declares `SPEC_MPNN_HALO` and follows the
 four halo rules: per-atom energies over all local atoms, rebound in-place scatters, sentinel
-edges filtered (`BaseModelMixin.adapt_input`), minimum-image displacements. The script
-checks it on 1, 2 and 4 virtual ranks against the single-process run and saves its spec.
+edges filtered (`BaseModelMixin.adapt_input`), minimum-image displacements. The script wraps
+it, validates it with `trace_and_validate` (2 simulated ranks against the single-process
+run), saves and loads the verified spec, and runs it on 1, 2 and 4 virtual ranks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.geometry import minimum_image
 from nvdd_plugins.models import BaseModelMixin, ModelConfig, NeighborConfig, evaluate_model
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
+from nvdd_plugins.validate import trace_and_validate
 
 
 class TwoLayerMPNN(nn.Module, BaseModelMixin):
@@ -30,6 +32,7 @@ class TwoLayerMPNN(nn.Module, BaseModelMixin):
 
     def __init__(self, cutoff: float = 5.0, width: int = 16) -> None:
         super().__init__()
+        self.spec = SPEC_MPNN_HALO  # scatter-based with autograd forces: the shipped preset
         torch.manual_seed(0)
         self.embed = nn.Embedding(100, width)
         self.mix = nn.ModuleList(nn.Linear(width, width) for _ in range(2))
@@ -37,7 +40,8 @@ class TwoLayerMPNN(nn.Module, BaseModelMixin):
         self.model_config = ModelConfig(
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=cutoff),
+            # messages weigh pairs at r >= cutoff exactly zero: Verlet pairs may come unfiltered
+            neighbor_config=NeighborConfig(cutoff=cutoff, accepts_skin_pairs=True),
         )
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
@@ -58,12 +62,21 @@ class TwoLayerMPNN(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy=None) -> MLIPSpec:
-        """Scatter-based with autograd forces: the shipped preset."""
-        return SPEC_MPNN_HALO
+        """The spec in `self.spec` (the preset, or one loaded from a file)."""
+        return self.spec
 
 
 def main() -> None:
-    model = TwoLayerMPNN().double()
+    model = TwoLayerMPNN()
+    report = trace_and_validate(model, world_size=2)
+    print(report)
+    assert report.ok, report.next_action
+    path = Path(tempfile.mkdtemp()) / "two_layer_mpnn.spec.json"
+    report.spec.save(path)
+    model.spec = MLIPSpec.load(path)  # production runs load the verified spec
+    print(f"spec saved to {path}; MLIPSpec.load gives it back: {model.spec == report.spec}")
+
+    model = model.double()
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True) * (4, 4, 4)
     atoms.rattle(0.05, seed=1)
     properties = ("energy", "forces", "stress")
@@ -83,10 +96,6 @@ def main() -> None:
             + ", ".join(f"{k} {v:.1e}" for k, v in errors.items())
         )
         assert errors["forces"] < 1e-8, errors
-    path = Path(tempfile.mkdtemp()) / "two_layer_mpnn.spec.json"
-    model.distribution_spec().save(path)
-    same = MLIPSpec.load(path) == SPEC_MPNN_HALO
-    print(f"spec saved to {path}; MLIPSpec.load gives it back: {same}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 Each virtual rank runs the same function in its own thread; messages pass through queues
 and collectives meet at a barrier. A failure on one rank aborts the barrier, so the others
-fail fast instead of hanging. CPU tensors only: autograd runs a CPU backward on the calling
-thread, but every CUDA backward of a device on one shared worker thread, where one virtual
-rank's backward exchange would wait for a peer's backward queued behind it.
+fail fast instead of hanging. Autograd normally runs every CUDA backward of a device on one
+shared worker thread, where one virtual rank's backward exchange would wait for a peer's
+backward queued behind it; `run_simulated` therefore runs each rank's backward on the rank's
+own thread, and only its meshes exchange CUDA tensors.
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ _REDUCERS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 class SimulatedMesh:
     """Shared state of `size` virtual ranks: per-pair FIFO mailboxes and a barrier."""
 
-    def __init__(self, size: int, timeout: float = 60.0) -> None:
+    def __init__(
+        self, size: int, timeout: float = 60.0, backward_on_rank_threads: bool = False
+    ) -> None:
         if size < 1:
             raise ValueError("a mesh needs at least one rank")
         self.size = size
         self.timeout = timeout
+        self.backward_on_rank_threads = backward_on_rank_threads
         self._mail = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
         self._barrier = threading.Barrier(size, timeout=timeout)
         self._slots: list[Any] = [None] * size
@@ -88,11 +92,11 @@ class SimulatedCommunicator(Communicator):
         template: torch.Tensor,
     ) -> dict[int, torch.Tensor]:
         """Point-to-point exchange through the mesh's mailboxes."""
-        if template.is_cuda and self.size > 1:
+        if template.is_cuda and self.size > 1 and not self.mesh.backward_on_rank_threads:
             raise RuntimeError(
-                "simulated ranks cannot exchange CUDA tensors: autograd runs every backward "
-                "on a device in one thread, so a backward exchange would deadlock. Run one "
-                "process per rank (torchrun, mpirun, or gloo processes sharing the GPU)"
+                "simulated ranks cannot exchange CUDA tensors outside run_simulated: autograd "
+                "runs every backward on a device in one thread, so a backward exchange would "
+                "deadlock. Use run_simulated, or one process per rank (torchrun, mpirun)"
             )
         for peer, tensor in sends.items():
             if tensor.shape[0] > 0:
@@ -160,15 +164,17 @@ def run_simulated(
 ) -> list[T]:
     """Run `fn(comm)` on `world_size` virtual ranks; return each rank's result.
 
-    The first exception raised on any rank is re-raised here, naming that rank.
+    Each rank's autograd backward runs on its own thread (CUDA too). The first exception
+    raised on any rank is re-raised here, naming that rank.
     """
-    mesh = SimulatedMesh(world_size, timeout=timeout)
+    mesh = SimulatedMesh(world_size, timeout=timeout, backward_on_rank_threads=True)
     results: list[Any] = [None] * world_size
     errors: list[tuple[int, BaseException]] = []
 
     def worker(rank: int) -> None:
         try:
-            results[rank] = fn(mesh.communicator(rank))
+            with torch.autograd.set_multithreading_enabled(False):
+                results[rank] = fn(mesh.communicator(rank))
         except BaseException as err:
             errors.append((rank, err))
             mesh.abort()

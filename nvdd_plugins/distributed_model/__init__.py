@@ -7,10 +7,13 @@ from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import NonFiniteError
+from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
 from nvdd_plugins.distributed_model.model import DistributedModel
 from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_halo_view
 
 __all__ = [
+    "REBIND_RULE",
+    "SENTINEL_RULE",
     "Capacity",
     "DistributedModel",
     "HaloDomain",
@@ -19,4 +22,5 @@ __all__ = [
     "NonFiniteError",
     "assemble_view",
     "build_halo_view",
+    "is_aggregation",
 ]

@@ -36,7 +36,7 @@ from nvdd_plugins.distributed_model.transforms import apply_transform
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter, scattered_onto_nodes
 
-__all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode"]
+__all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode", "is_aggregation"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,14 @@ def _aggregations() -> dict[Callable[..., Any], _Aggregation]:
 
 
 _AGGREGATIONS = _aggregations()
+
+
+def is_aggregation(func: Any) -> bool:
+    """Whether the interception treats calls of `func` as aggregations (scatter, index_add,
+    index_copy, index_reduce, index_put, ...; their in-place forms end in "_")."""
+    return func in _AGGREGATIONS
+
+
 # calls whose argument 2 indexes the rows of argument 0 along `dim` (argument 1)
 _INDEXED_BY_ARG_2 = frozenset(
     [torch.Tensor.index_select, torch.index_select]

@@ -52,6 +52,10 @@ class OpAdapter:
         object.__setattr__(self, "arg_transforms", _frozen_transforms(self.arg_transforms))
         object.__setattr__(self, "output_transforms", _frozen_transforms(self.output_transforms))
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> OpAdapter:
+        """The adapter itself: it is immutable (and may hold an op, which cannot be copied)."""
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; the op is saved by its qualified name."""
         return {

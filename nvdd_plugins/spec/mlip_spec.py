@@ -129,6 +129,10 @@ class MLIPSpec:
         if self.n_layers is not None and (not isinstance(self.n_layers, int) or self.n_layers < 1):
             raise ValueError(f"n_layers must be a positive integer or None, got {self.n_layers!r}")
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> MLIPSpec:
+        """The spec itself: it is immutable (so a model holding one can be deep-copied)."""
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, versioned form (ops and callables by qualified name)."""
         return {

@@ -15,7 +15,13 @@ from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
 from tests.helpers.oracle import errors, reference, replicated
-from tests.helpers.systems import SYSTEMS, NotReboundInteraction, lj_model, mpnn_model
+from tests.helpers.systems import (
+    SYSTEMS,
+    NotReboundInteraction,
+    PreSlicedMPNN,
+    lj_model,
+    mpnn_model,
+)
 
 
 def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
@@ -50,13 +56,6 @@ def test_without_halo_refresh_the_mpnn_is_wrong(monkeypatch):
     assert errs["forces"] > 1e-4 and errs["energy"] > 1e-6
 
 
-class _PreSliced(SimpleMPNN):
-    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        out = super().forward(batch)
-        out["energies"] = out["energies"][: batch.num_nodes // 2]
-        return out
-
-
 class _NoSentinelFilter(SimpleMPNN):
     """Skips the sentinel filter; pairs beyond the cutoff become sentinels every step."""
 
@@ -89,7 +88,7 @@ def _run(model, world_size: int = 2):
 
 def test_pre_sliced_energies_name_the_rule():
     with pytest.raises(RuntimeError, match="do not pre-slice"):
-        _run(_PreSliced(cutoff=4.5, seed=7).double())
+        _run(PreSlicedMPNN(cutoff=4.5, seed=7).double())
 
 
 def test_unfiltered_sentinels_name_the_rule():

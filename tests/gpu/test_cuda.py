@@ -75,13 +75,21 @@ def test_two_ranks_sharing_the_gpu_through_host_staging(model_name: str) -> None
             assert_close(errs, f"rank {rank}: {model_name}/{system}")
 
 
-def test_simulated_ranks_refuse_cuda_tensors() -> None:
+def test_a_bare_simulated_mesh_refuses_cuda_tensors() -> None:
+    comm = SimulatedMesh(2).communicator(0)
+    template = torch.empty(0, 3, device="cuda")
+    with pytest.raises(RuntimeError, match="cannot exchange CUDA tensors"):
+        comm.exchange({1: torch.ones(2, 3, device="cuda")}, {1: 2}, template=template)
+
+
+@pytest.mark.parametrize("model_name", ["mpnn", "lj"])
+def test_simulated_ranks_run_forward_and_backward_on_the_gpu(model_name: str) -> None:
     from nvdd_plugins.comm import run_simulated
 
-    def rank(comm):
-        peer = 1 - comm.rank
-        template = torch.empty(0, 3, device="cuda")
-        comm.exchange({peer: torch.ones(2, 3, device="cuda")}, {peer: 2}, template=template)
-
-    with pytest.raises(RuntimeError, match="cannot exchange CUDA tensors"):
-        run_simulated(2, rank, timeout=30)
+    atoms = _atoms(model_name, "bulk")
+    reference = _on_device(model_name, "bulk", "cpu", distributed=False)
+    results = run_simulated(
+        2, lambda comm: _on_device(model_name, "bulk", "cuda", True, comm), timeout=120
+    )
+    for result in results:
+        assert_close(errors(result, reference, len(atoms)), model_name)

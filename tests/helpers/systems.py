@@ -81,6 +81,16 @@ class NaNBeyondWall(SimpleMPNN):
         return {"energies": energies, "energy": energy}
 
 
+class PreSlicedMPNN(SimpleMPNN):
+    """The reference MPNN returning the per-atom energies of the first half of its atoms
+    only (a rule break: energies must cover every local atom)."""
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = super().forward(batch)
+        out["energies"] = out["energies"][: batch.num_nodes // 2]
+        return out
+
+
 def _jiggle(atoms: Atoms, seed: int, scale: float = 0.15) -> Atoms:
     rng = np.random.default_rng(seed)
     atoms.positions += rng.normal(scale=scale, size=atoms.positions.shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -119,3 +120,16 @@ def test_each_output_kind_carries_the_transform_that_consolidates_it() -> None:
     assert OutputKind.PER_GRAPH.collective == AllReduceSum()
     assert OutputKind.GLOBAL.collective is None
     assert OutputKind("per_graph") is OutputKind.PER_GRAPH and OutputKind.PER_NODE == "per_node"
+
+
+def test_a_model_holding_a_spec_deep_copies() -> None:
+    """Specs and adapters are immutable: a deep copy of a model holding one shares it."""
+    adapter = OpAdapter(
+        op=torch.ops.aten.index_add.default, output_transforms={0: ScatterOutputs()}
+    )
+    spec = MLIPSpec(distribution=DistributionSpec(custom_ops=(adapter,)))
+    holder = torch.nn.Module()
+    holder.spec = spec
+    copied = copy.deepcopy(holder)
+    assert copied is not holder and copied.spec is spec
+    assert copy.deepcopy(adapter) is adapter

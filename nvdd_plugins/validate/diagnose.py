@@ -1,0 +1,186 @@
+"""From a failed distributed run to the defect behind it and the exact fix.
+
+A broken rule the engine raised is named by its message; wrong numbers are traced to a
+model that ignores periodic images (its single-process energy changes when the system is
+translated and wrapped) or to opaque ops no adapter covers (fixed by trying adapters until
+the numbers agree, so the suggested spec is one that was verified).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nvdd_plugins.distributed_model import REBIND_RULE, SENTINEL_RULE
+from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.spec import MLIPSpec, OpAdapter, ScatterOutputs
+from nvdd_plugins.validate.recording import Handling, OpRecord, RecordLog, user_site_of
+from nvdd_plugins.validate.trial import Outcome, Trial
+
+__all__ = ["Finding", "diagnose"]
+
+PRE_SLICED = "return per-atom energies over all rows, not owned rows"
+SENTINELS = (
+    "filter sentinel edges in adapt_input: valid = (edge_index[0] < n) & (edge_index[1] < n) "
+    "(BaseModelMixin.adapt_input does it)"
+)
+MINIMUM_IMAGE = (
+    "compute pair vectors with the minimum image from the cell: "
+    "rij = minimum_image(positions[j] - positions[i], cell[0], pbc[0]) "
+    "(nvdd_plugins.geometry), or add the neighbour list's shifts: "
+    "rij = positions[j] - positions[i] + shifts"
+)
+_TRANSLATION = (0.5, 0.37, 0.29)  # fractional translation of the periodicity probe
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A defect and its fix.
+
+    Attributes:
+        problem: what was found.
+        next_action: the exact change to make.
+        spec: a spec with the fix that was verified to work, when the fix is in the spec.
+    """
+
+    problem: str
+    next_action: str
+    spec: MLIPSpec | None = None
+
+
+def diagnose(trial: Trial, outcome: Outcome) -> Finding | None:
+    """None when `outcome` agrees with the single-process run and no op went unhandled;
+    else the defect and its fix."""
+    if outcome.error is not None:
+        return _rule_finding(outcome.error, outcome.log)
+    unknown = _unknown_ops(outcome.log.records())
+    if trial.agrees(outcome.deviations) and not unknown:
+        return None
+    return (
+        _periodicity_finding(trial)
+        or (_adapter_finding(trial, outcome.spec, unknown) if unknown else None)
+        or _mismatch_finding(outcome)
+    )
+
+
+# -- rules the engine raised -----------------------------------------------------------------
+def _rebind_action(error: DistributionRuleError, log: RecordLog) -> str:
+    stale = log.stale_read
+    if stale is None:
+        return REBIND_RULE
+    where = f" at {stale.reader_site}" if stale.reader_site else ""
+    return (
+        f"rebind the result of {stale.op} at {stale.site} (x = x.{stale.op}(...)): "
+        f"{stale.reader}{where} reads the old tensor, which compile=True leaves without "
+        "its halo refresh"
+    )
+
+
+def _sentinel_action(error: DistributionRuleError, log: RecordLog) -> str:
+    site = user_site_of(error.__cause__ or error)
+    return SENTINELS + (f"; {site} indexes with them" if site else "")
+
+
+_RULES: tuple[tuple[str, Callable[[DistributionRuleError, RecordLog], str]], ...] = (
+    ("stale tensor", _rebind_action),
+    (SENTINEL_RULE, _sentinel_action),
+    ("do not pre-slice", lambda error, log: PRE_SLICED),
+)
+
+
+def _rule_finding(error: DistributionRuleError, log: RecordLog) -> Finding:
+    message = str(error)
+    for marker, action in _RULES:
+        if marker in message:
+            return Finding(message, action(error, log))
+    return Finding(message, message)
+
+
+# -- wrong numbers ---------------------------------------------------------------------------
+def _periodicity_finding(trial: Trial) -> Finding | None:
+    """The model's single-process energy must not change when every atom is translated and
+    wrapped back into the cell; a model that ignores periodic images fails this."""
+    if not trial.atoms.pbc.any():
+        return None
+    moved = trial.atoms.copy()
+    moved.translate(moved.cell.cartesian_positions(_TRANSLATION))
+    moved.wrap()
+    energy = trial.single_process(moved)["energy"]
+    change = float((energy - trial.reference["energy"]).abs().max()) / len(moved)
+    if change <= trial.tolerances["energy"]:
+        return None
+    return Finding(
+        f"the single-process energy changes by {change:.1e} eV/atom when the system is "
+        "translated and wrapped back into the cell: pair vectors ignore periodic images "
+        "(under decomposition ghosts sit at their images, so the two runs disagree)",
+        MINIMUM_IMAGE,
+    )
+
+
+def _unknown_ops(records: tuple[OpRecord, ...]) -> dict[str, tuple[object, bool]]:
+    """Opaque ops no adapter covers: name -> (op, writes per-atom rows), first call first."""
+    unknown: dict[str, tuple[object, bool]] = {}
+    for record in records:
+        if record.handling is Handling.UNKNOWN_OPAQUE:
+            _, writes = unknown.get(record.op, (None, False))
+            unknown[record.op] = (record.target, writes or record.writes_rows)
+    return unknown
+
+
+def _adapter(op: object, scatter: bool) -> OpAdapter:
+    return OpAdapter(op=op, output_transforms={0: ScatterOutputs()} if scatter else {})
+
+
+def _adapter_line(name: str, scatter: bool) -> str:
+    transforms = ", output_transforms={0: ScatterOutputs()}" if scatter else ""
+    return f"OpAdapter(op={name}{transforms})"
+
+
+def _adapter_finding(
+    trial: Trial, spec: MLIPSpec, unknown: dict[str, tuple[object, bool]]
+) -> Finding | None:
+    """Adapters for the unknown ops, verified: ScatterOutputs on every op that writes
+    per-atom rows, then each dropped where the numbers agree without it."""
+    scatter = {name: writes for name, (_, writes) in unknown.items()}
+
+    def fixed(choice: dict[str, bool]) -> MLIPSpec:
+        added = tuple(_adapter(unknown[name][0], s) for name, s in choice.items())
+        distribution = spec.distribution
+        custom_ops = distribution.custom_ops + added
+        return dataclasses.replace(
+            spec, distribution=dataclasses.replace(distribution, custom_ops=custom_ops)
+        )
+
+    def works(choice: dict[str, bool]) -> bool:
+        outcome = trial.distributed(fixed(choice))
+        return outcome.error is None and trial.agrees(outcome.deviations)
+
+    names = ", ".join(unknown)
+    if not works(scatter):
+        return None
+    for name in [n for n, s in scatter.items() if s]:
+        lighter = {**scatter, name: False}
+        if works(lighter):
+            scatter = lighter
+    lines = ", ".join(_adapter_line(name, s) for name, s in scatter.items())
+    return Finding(
+        f"the opaque op(s) {names} read or write per-atom rows and no OpAdapter in the spec "
+        "covers them: nvdd cannot see whether they aggregate over edges (then their ghost "
+        "rows are wrong) or work row by row",
+        f"add {lines} to the spec's DistributionSpec(custom_ops=...)",
+        fixed(scatter),
+    )
+
+
+def _mismatch_finding(outcome: Outcome) -> Finding:
+    worst = ", ".join(f"{name} {value:.1e}" for name, value in outcome.deviations.items())
+    ops = sorted({r.op for r in outcome.log.records() if r.handling is not Handling.PER_ROW})
+    return Finding(
+        f"the distributed results differ from the single-process run ({worst}) and no "
+        "broken rule was seen",
+        "check that every aggregation onto atoms is a torch scatter/index op, an op with an "
+        "OpAdapter or passes through scattered_onto_nodes (recorded: "
+        f"{', '.join(ops) or 'none'}), and that per-atom outputs the model differentiates "
+        "itself are listed in MLIPSpec(gradient_outputs=...)",
+    )

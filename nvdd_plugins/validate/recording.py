@@ -1,0 +1,291 @@
+"""What a distributed forward did with per-atom tensors: every torch call that read or wrote
+a node-indexed tensor, where the model made it, and how the engine handles it.
+
+`RecordedModel` wraps a model wrapper so that its forward runs under an `OpRecorder`, a
+`TorchFunctionMode` entered inside the engine's interception: it sees each call of the model
+first and passes it on unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model import is_aggregation
+from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.spec import MLIPSpec, OpAdapter, scattered_onto_nodes
+
+__all__ = [
+    "Handling",
+    "OpRecord",
+    "RecordLog",
+    "RecordedModel",
+    "StaleRead",
+    "op_name",
+    "user_site",
+    "user_site_of",
+]
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_LIBRARY_DIRS = tuple(
+    str(path) + os.sep
+    for path in (
+        Path(torch.__file__).resolve().parent,
+        _PACKAGE / "validate",
+        _PACKAGE / "distributed_model",
+        _PACKAGE / "comm",
+        _PACKAGE / "spec",
+        Path(sysconfig.get_paths()["stdlib"]).resolve(),
+    )
+)
+_TRANSPARENT_NAMESPACES = frozenset({"aten", "prims", "nvdd"})
+
+
+class Handling(StrEnum):
+    """How the engine treats one call on per-atom tensors."""
+
+    AGGREGATION = "aggregation onto atoms: ghost rows refreshed"
+    OWNED_SUM = "atoms -> system sum: owned rows only"
+    MARKED = "marked aggregation (scattered_onto_nodes): ghost rows refreshed"
+    ADAPTER = "OpAdapter of the spec"
+    UNKNOWN_OPAQUE = "unknown opaque op: not seen into, no adapter"
+    PER_ROW = "per-row or gather: nothing to do"
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One op at one place of the model's code.
+
+    Attributes:
+        op: the op's name (`index_add_`, `torch.ops.ns.name.default`).
+        site: "file:line" of the model's call.
+        handling: what the engine does with it.
+        writes_rows: the op returned a per-atom tensor.
+        calls: how often it ran (all ranks, all recorded forwards).
+        target: the op object itself (for an adapter).
+    """
+
+    op: str
+    site: str
+    handling: Handling
+    writes_rows: bool
+    calls: int
+    target: Any = None
+
+
+@dataclass(frozen=True)
+class StaleRead:
+    """An in-place aggregation whose result was not rebound, and the first read of its old
+    tensor (compile semantics: the refreshed result is a new tensor)."""
+
+    op: str
+    site: str
+    reader: str
+    reader_site: str
+
+
+def _is_library(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_LIBRARY_DIRS)
+
+
+def _format_site(filename: str, line: int) -> str:
+    relative = os.path.relpath(filename)
+    return f"{filename if relative.startswith('..') else relative}:{line}"
+
+
+def user_site(frame: FrameType | None) -> str:
+    """ "file:line" of the innermost frame at or above `frame` outside torch and the engine."""
+    while frame is not None:
+        if not _is_library(frame.f_code.co_filename):
+            return _format_site(frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return "?"
+
+
+def user_site_of(error: BaseException) -> str | None:
+    """ "file:line" of the innermost frame outside torch and the engine in `error`'s
+    traceback (where the model's code was when it raised), or None."""
+    traceback: TracebackType | None = error.__traceback__
+    site = None
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if not _is_library(filename):
+            site = _format_site(filename, traceback.tb_lineno)
+        traceback = traceback.tb_next
+    return site
+
+
+def op_name(func: Any) -> str:
+    """Readable name of a torch callable (`torch.ops.ns.name.overload` for an op)."""
+    if isinstance(func, torch._ops.OpOverload):
+        return f"torch.ops.{func._schema.name.replace('::', '.')}.{func._overloadname}"
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        return f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
+    return getattr(func, "__name__", repr(func))
+
+
+def _is_opaque(func: Any) -> bool:
+    if not isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return False
+    packet = getattr(func, "overloadpacket", func)
+    return packet._qualified_op_name.partition("::")[0] not in _TRANSPARENT_NAMESPACES
+
+
+class OpRecorder(TorchFunctionMode):
+    """Record the calls on per-atom tensors (leading size `n_rows`) of one forward.
+
+    With compile semantics (the refreshed result of an in-place aggregation is a new
+    tensor), also note the first read of such an aggregation's old, stale tensor.
+    """
+
+    def __init__(self, n_rows: int, adapters: Sequence[OpAdapter]) -> None:
+        super().__init__()
+        self.n_rows = n_rows
+        self.adapted = {a.op for a in adapters}
+        self.adapted |= {getattr(a.op, "overloadpacket", a.op) for a in adapters}
+        self.counts: Counter[tuple[str, str, Handling, bool]] = Counter()
+        self.targets: dict[str, Any] = {}
+        self.stale_read: StaleRead | None = None
+        self._stale: dict[int, tuple[weakref.ref[torch.Tensor], str, str]] = {}
+
+    def _node_indexed(self, values: Any) -> bool:
+        return any(
+            isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == self.n_rows
+            for v in tree_leaves(values)
+        )
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        site = None
+        # the bookkeeping's own tensor calls must not reach the engine's mode below this one
+        with torch._C.DisableTorchFunction():
+            if self._stale:
+                site = self._note_stale_read(func, (args, kwargs))
+        result = func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            writes = self._node_indexed(result)
+            if writes or self._node_indexed((args, kwargs)):
+                returns_tensor = any(isinstance(v, torch.Tensor) for v in tree_leaves(result))
+                if returns_tensor or _is_opaque(func):
+                    site = site or user_site(sys._getframe(1))
+                    self._record(func, site, self._handling(func, args, kwargs), writes)
+                    self._track_in_place(func, args, result, site)
+        return result
+
+    def _handling(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Handling:
+        if func is scattered_onto_nodes:
+            return Handling.MARKED
+        if func in self.adapted:
+            return Handling.ADAPTER
+        if _is_opaque(func):
+            return Handling.UNKNOWN_OPAQUE
+        if is_aggregation(func):
+            target = args[0] if args else kwargs.get("input")
+            return Handling.AGGREGATION if self._node_indexed(target) else Handling.OWNED_SUM
+        return Handling.PER_ROW
+
+    def _record(self, func: Any, site: str, handling: Handling, writes: bool) -> None:
+        name = op_name(func)
+        self.counts[(name, site, handling, writes)] += 1
+        self.targets[name] = func
+
+    def _track_in_place(self, func: Any, args: Sequence[Any], result: Any, site: str) -> None:
+        target = args[0] if args else None
+        in_place = is_aggregation(func) and op_name(func).endswith("_")
+        if in_place and isinstance(target, torch.Tensor) and result is not target:
+            self._stale[id(target)] = (weakref.ref(target), op_name(func), site)
+
+    def _note_stale_read(self, func: Any, values: Any) -> str | None:
+        """Note the first read of a stale tensor; returns the reader's site when noted."""
+        for leaf in tree_leaves(values):
+            entry = self._stale.get(id(leaf))
+            if entry is not None and entry[0]() is leaf and self.stale_read is None:
+                site = user_site(sys._getframe(2))
+                self.stale_read = StaleRead(entry[1], entry[2], op_name(func), site)
+                return site
+        return None
+
+    def check_returned(self, outputs: Iterable[Any]) -> None:
+        """Note a stale tensor among the forward's outputs."""
+        if self._stale and self.stale_read is None:
+            for value in outputs:
+                entry = self._stale.get(id(value))
+                if entry is not None and entry[0]() is value:
+                    self.stale_read = StaleRead(entry[1], entry[2], "the forward's return", "")
+                    return
+
+
+class RecordLog:
+    """The merged records of every recorded forward (thread-safe: one recorder per rank)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str, Handling, bool]] = Counter()
+        self._targets: dict[str, Any] = {}
+        self.stale_read: StaleRead | None = None
+
+    def add(self, recorder: OpRecorder) -> None:
+        """Merge one forward's records."""
+        with self._lock:
+            self._counts.update(recorder.counts)
+            self._targets.update(recorder.targets)
+            self.stale_read = self.stale_read or recorder.stale_read
+
+    def records(self) -> tuple[OpRecord, ...]:
+        """Every (op, site, handling), in order of first call."""
+        with self._lock:
+            return tuple(
+                OpRecord(op, site, handling, writes, calls, self._targets.get(op))
+                for (op, site, handling, writes), calls in self._counts.items()
+            )
+
+
+class RecordedModel(nn.Module, BaseModelMixin):
+    """`model` with its forward recorded into `log`, distributed under `spec` instead of the
+    spec the model declares."""
+
+    def __init__(self, model: BaseModelMixin, spec: MLIPSpec, log: RecordLog) -> None:
+        super().__init__()
+        self.model = model
+        self.model_config = model.model_config
+        self.spec = spec
+        self.log = log
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """The model's forward, recorded."""
+        recorder = OpRecorder(batch.num_nodes, self.spec.distribution.custom_ops)
+        try:
+            with recorder:
+                out = self.model(batch)
+            recorder.check_returned(out.values())
+            return out
+        finally:
+            self.log.add(recorder)
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec:
+        """The spec under validation."""
+        return self.spec
+
+    def prepare_for_compile(self) -> RecordedModel:
+        """The model's compile-ready wrapper, recorded."""
+        prepared = self.model.prepare_for_compile()
+        return self if prepared is self.model else RecordedModel(prepared, self.spec, self.log)
