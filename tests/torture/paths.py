@@ -284,6 +284,8 @@ def _oracle(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 _STATUS = ((AssertionError, "mismatch"), (CaseHang, "hang"), (_OracleFailed, "oracle"))
+
+
 def _chunked(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
     """One process, the system cut into `world_size` chunks (or the case's grid) evaluated
     one after another with a ghost shell of n_layers cutoffs."""

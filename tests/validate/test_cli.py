@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
+from nvdd_plugins.models import SimpleMPNN
+from nvdd_plugins.spec import MLIPSpec
 from nvdd_plugins.validate.__main__ import main
 from tests.helpers.multiprocess import REPO, run_command
 
@@ -13,7 +14,7 @@ def test_an_ok_wrapper_exits_0_and_saves_its_spec(tmp_path, capsys) -> None:
     path = tmp_path / "spec.json"
     assert main(["nvdd_plugins.models:SimpleMPNN", "--save", str(path)]) == 0
     assert "trace_and_validate: OK" in capsys.readouterr().out
-    assert MLIPSpec.load(path) == SPEC_MPNN_HALO
+    assert MLIPSpec.load(path) == SimpleMPNN().distribution_spec()
 
 
 def test_a_factory_of_a_broken_wrapper_exits_1(capsys) -> None:

@@ -25,9 +25,10 @@ def _line_of(function, text: str) -> int:
 
 
 def test_a_model_following_the_rules_is_ok() -> None:
-    report = trace_and_validate(defects.mpnn())
+    model = defects.mpnn()
+    report = trace_and_validate(model)
     assert report.ok, report
-    assert report.next_action is None and report.spec == SPEC_MPNN_HALO
+    assert report.next_action is None and report.spec == model.distribution_spec()
     assert all(report.errors[k] <= report.tolerances[k] for k in report.tolerances)
     assert set(report.errors) == {"energy", "energies", "forces", "stress"}
     aggregations = {r.op for r in report.ops if r.handling is Handling.AGGREGATION}
