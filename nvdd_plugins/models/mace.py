@@ -28,6 +28,7 @@ from nvdd_plugins.spec import (
     MLIPSpec,
     OpAdapter,
     PythonAdapter,
+    for_strategy,
     scattered_onto_nodes,
 )
 
@@ -150,15 +151,13 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """For the halo strategy: `mace_spec()`, or `cueq_mace_spec()` for a
-        cuEquivariance model."""
-        if strategy not in (None, StrategyKind.HALO):
-            return None
+        """`mace_spec()`, or `cueq_mace_spec()` for a cuEquivariance model, with the
+        storage policy of `strategy`."""
         if self.cuequivariance:
             from nvdd_plugins.models.cueq import cueq_mace_spec  # optional dependency
 
-            return cueq_mace_spec()
-        return mace_spec()
+            return for_strategy(cueq_mace_spec(), strategy)
+        return for_strategy(mace_spec(), strategy)
 
 
 def marked_scatter_sum(

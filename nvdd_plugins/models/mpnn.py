@@ -17,7 +17,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.geometry import complete_cell, minimum_image, perpendicular_widths
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
+from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec, for_strategy
 
 __all__ = ["SimpleMPNN"]
 
@@ -144,5 +144,5 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """`SPEC_MPNN_HALO` for the halo strategy."""
-        return SPEC_MPNN_HALO if strategy in (None, StrategyKind.HALO) else None
+        """`SPEC_MPNN_HALO`, with the storage policy of `strategy`."""
+        return for_strategy(SPEC_MPNN_HALO, strategy)
