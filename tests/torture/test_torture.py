@@ -28,6 +28,12 @@ GLOO_SEEDS = (3005, 3006, 3008, 3013, 3016)
 """Real gloo processes at 2 and 3 ranks: evaluate_replicated and a 30-step DomainParallel run."""
 
 
+GRAPH_SEEDS = (5050, 5022, 5006, 5045, 5017, 5004, 5005, 5047, 5026)
+"""Graph partition on the simulated mesh (evaluate_replicated, ASE calculator, trajectory):
+RadiusGraphMPNN at 2, 4 and 7 ranks (one with a single atom), MACE at 8, MPNNs with sum,
+unique and custom-op aggregations, LJ in a tiny cell and the shift-vector pair model."""
+
+
 @functools.cache
 def _case(seed: int, paths: tuple[str, ...]) -> Case:
     return draw_case(seed, paths)
@@ -54,6 +60,13 @@ def test_simulated_case(seed: int) -> None:
 @pytest.mark.parametrize("seed", GLOO_SEEDS, ids=[_label(seed, ("gloo",)) for seed in GLOO_SEEDS])
 def test_gloo_case(seed: int) -> None:
     _check(_case(seed, ("gloo",)))
+
+
+@pytest.mark.parametrize(
+    "seed", GRAPH_SEEDS, ids=[_label(seed, ("graph",)) for seed in GRAPH_SEEDS]
+)
+def test_graph_partition_case(seed: int) -> None:
+    _check(_case(seed, ("graph",)))
 
 
 def test_ci_subset_covers_every_op_family_cell_pbc_and_world_size() -> None:
