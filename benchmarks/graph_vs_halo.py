@@ -126,7 +126,7 @@ def summarise(world_size: int, reports: list[dict], args: argparse.Namespace) ->
     names = list(reports[0]["seconds"])
     keys = [k for k in ("saved_mib", "peak_mib") if k in base["memory"]]
     print(
-        f"\n# {args.model} ({args.preset if args.model == 'mace' else ''}) {args.dtype}, "
+        f"\n# {args.model}{'/' + args.preset if args.model == 'mace' else ''} {args.dtype}, "
         f"{args.atoms} atoms, {world_size} ranks on {args.device}; one rank: "
         f"{base['seconds']:.4f} s/step, " + ", ".join(f"{k} {base['memory'][k]:.1f}" for k in keys)
     )
@@ -141,8 +141,10 @@ def summarise(world_size: int, reports: list[dict], args: argparse.Namespace) ->
             r["layout"][name]["ghosts"] / max(r["layout"][name]["owned"], 1) for r in reports
         )
         edges = max(r["layout"][name]["edges"] for r in reports)
-        halo = max(r["seconds"]["halo"] for r in reports) if "halo" in names else float("nan")
-        line = f"{name:>16} {seconds:9.4f} {seconds / halo:8.2f} {seconds / base['seconds']:9.2f}"
+        versus_halo = "-"
+        if "halo" in names:
+            versus_halo = f"{seconds / max(r['seconds']['halo'] for r in reports):.2f}"
+        line = f"{name:>16} {seconds:9.4f} {versus_halo:>8} {seconds / base['seconds']:9.2f}"
         line += "".join(f" {memory[k]:13.1f} {memory[k] / base['memory'][k]:9.2f}" for k in keys)
         print(line + f" {ghosts:12.2f} {edges:11d}")
         rows[name] = {"seconds": seconds, "memory": memory, "ghost_per_owned": ghosts}
