@@ -14,7 +14,7 @@ from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import minimum_image
 from nvdd_plugins.models import RadiusGraphMPNN
-from nvdd_plugins.spec import SPEC_MPNN_GRAPH, for_strategy
+from nvdd_plugins.spec import SPEC_MPNN_GRAPH, SPEC_MPNN_HALO, for_strategy
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
 from tests.helpers.systems import (
     SYSTEMS,
@@ -77,6 +77,13 @@ def test_self_graph_model_needs_graph_partition() -> None:
     config = DomainConfig(cutoff=4.5, strategy=StrategyKind.HALO)
     with pytest.raises(DistributionRuleError, match="returned None"):
         DistributedModel(RadiusGraphMPNN(), config)
+
+
+def test_spec_policy_must_match_the_strategy() -> None:
+    model = ShiftPairModel()
+    model.distribution_spec = lambda strategy=None: SPEC_MPNN_HALO
+    with pytest.raises(DistributionRuleError, match="needs a GraphParallelPolicy spec"):
+        DistributedModel(model, DomainConfig(5.0, strategy=GRAPH))
 
 
 def test_view_holds_each_atom_once_and_exactly_the_neighbours() -> None:
