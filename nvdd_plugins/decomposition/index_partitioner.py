@@ -80,10 +80,6 @@ class IndexPartitioner:
         owner[ids] = index_owners(positions, cell, pbc, size)
         return cls(owner, size)
 
-    def owners(self, ids: torch.Tensor) -> torch.Tensor:
-        """Owning rank of each global id in `ids` (on `ids`' device)."""
-        return self.owner.to(ids.device)[ids.long()]
-
     def owned_ids(self, rank: int) -> torch.Tensor:
         """The global ids `rank` owns, ascending."""
         return torch.nonzero(self.owner == rank).flatten()

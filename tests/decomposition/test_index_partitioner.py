@@ -34,7 +34,7 @@ def test_slices_are_balanced_and_stored_by_id() -> None:
             [103 // size + 1] * (103 % size) + [103 // size] * (size - 103 % size),
         )
         partitioner = IndexPartitioner.from_system(positions, cell, pbc, ids, size)
-        assert torch.equal(partitioner.owners(ids), by_row)
+        assert torch.equal(partitioner.owner[ids], by_row)
         assert sorted(torch.cat([partitioner.owned_ids(r) for r in range(size)]).tolist()) == (
             sorted(ids.tolist())
         )
