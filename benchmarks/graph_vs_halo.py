@@ -7,8 +7,9 @@ Without a launcher it starts `--ranks` gloo processes on the CPU, one group per 
 under torchrun (NCCL on GPUs) it measures the launched world. In each group both strategies
 evaluate the same fcc crystal (energy + forces), timed in alternation, and rank 0 also runs
 the one-rank baseline (graph partition on one rank: the model on the whole system, no
-ghosts). Memory per rank is what autograd keeps for the backward (bytes of distinct saved
-storages: the activations), and on CUDA also the peak allocated during a step.
+ghosts). A neighbour-list rebuild of the same atoms is timed too. Memory per rank is what
+autograd keeps for the backward (bytes of distinct saved storages: the activations), and on
+CUDA also the peak allocated during a step.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def measure(comm: Communicator, device: torch.device, args: argparse.Namespace) 
     report: dict[str, Any] = {"seconds": interleaved_medians(steps, args.repeats, device)}
     report["memory"] = {name: measure_memory(step, device) for name, step in steps.items()}
     report["layout"] = {name: _layout(d) for name, (d, _) in runs.items()}
+    # a neighbour-list rebuild of the same atoms (graph partition: gather + whole system)
+    rebuilds = {name: (lambda d=d, o=o: d.domain.build(o)) for name, (d, o) in runs.items()}
+    report["rebuild_seconds"] = interleaved_medians(rebuilds, args.repeats, device, warmup=1)
     if comm.rank == 0:
         # the one-rank baseline inside a launched world is deliberate: no warning about it
         logging.getLogger("nvdd_plugins.comm.resolve").setLevel(logging.ERROR)
@@ -132,7 +136,7 @@ def summarise(world_size: int, reports: list[dict], args: argparse.Namespace) ->
     )
     header = f"{'strategy':>16} {'step s':>9} {'vs halo':>8} {'vs 1 rank':>9}"
     header += "".join(f" {k + ' max':>13} {'vs 1 rank':>9}" for k in keys)
-    print(header + f" {'ghost/owned':>12} {'edges/rank':>11}")
+    print(header + f" {'ghost/owned':>12} {'edges/rank':>11} {'rebuild s':>10}")
     rows = {}
     for name in names:
         seconds = max(r["seconds"][name] for r in reports)
@@ -146,8 +150,14 @@ def summarise(world_size: int, reports: list[dict], args: argparse.Namespace) ->
             versus_halo = f"{seconds / max(r['seconds']['halo'] for r in reports):.2f}"
         line = f"{name:>16} {seconds:9.4f} {versus_halo:>8} {seconds / base['seconds']:9.2f}"
         line += "".join(f" {memory[k]:13.1f} {memory[k] / base['memory'][k]:9.2f}" for k in keys)
-        print(line + f" {ghosts:12.2f} {edges:11d}")
-        rows[name] = {"seconds": seconds, "memory": memory, "ghost_per_owned": ghosts}
+        rebuild = max(r["rebuild_seconds"][name] for r in reports)
+        print(line + f" {ghosts:12.2f} {edges:11d} {rebuild:10.4f}")
+        rows[name] = {
+            "seconds": seconds,
+            "memory": memory,
+            "ghost_per_owned": ghosts,
+            "rebuild_seconds": rebuild,
+        }
     return {"one_rank": base, "strategies": rows}
 
 
