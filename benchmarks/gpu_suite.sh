@@ -41,3 +41,6 @@ step cueq_largest 300 -m torch.distributed.run --standalone --nproc_per_node=2 m
     multi --largest 1200000 --repeats 2
 step cueq_plain_largest 400 mace_cueq.py plain --cases small:595508 small:665500 small:704969 \
     --repeats 2
+# graph partition vs halo on two GPUs (NCCL), MACE small, float32
+step graph_vs_halo 300 -m torch.distributed.run --standalone --nproc_per_node=2 graph_vs_halo.py \
+    --device cuda --model mace --preset small --atoms 32000 --repeats 10

@@ -1,7 +1,7 @@
 """Seeded differential torture run: random systems, ranks, models and paths vs one process.
 
     python benchmarks/torture.py --cases 200 --seed 0
-        [--paths replicated,trajectory,ase,gloo] [--timeout 30] [--keep-going] [--verbose]
+        [--paths replicated,trajectory,ase,gloo,graph] [--timeout 30] [--keep-going] [--verbose]
 
 Runs the cases of seeds S .. S+N-1 (tests/torture/cases.py), each through its path
 (tests/torture/paths.py) under a hard timeout, and prints a table per family and per path

@@ -25,7 +25,7 @@ from nvdd_plugins.comm import (
     end_job_on_exception,
     resolve_communicator,
 )
-from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
 from nvdd_plugins.models import BaseModelMixin
@@ -63,6 +63,8 @@ class DomainDecomposedCalculator(Calculator):
             any nvdd `Communicator`.
         dtype: floating dtype of the evaluation (float64 by default).
         device: torch device of the evaluation.
+        strategy: `StrategyKind.HALO` (spatial sub-domains) or `StrategyKind.GRAPH_PARTITION`
+            (index shards; for models that build their own graph).
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -81,6 +83,7 @@ class DomainDecomposedCalculator(Calculator):
         comm: Any = None,
         dtype: torch.dtype = torch.float64,
         device: str | torch.device = "cpu",
+        strategy: StrategyKind = StrategyKind.HALO,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -89,13 +92,16 @@ class DomainDecomposedCalculator(Calculator):
         self.comm = _world_communicator(comm)
         self.dtype = dtype
         self.device = torch.device(device)
+        self.strategy = StrategyKind(strategy)
         self._distributed: DistributedModel | None = None
 
     @property
     def distributed_model(self) -> DistributedModel:
         """The `DistributedModel` of the current decomposition (made on first use)."""
         if self._distributed is None:
-            config = DomainConfig(cutoff=self.model.cutoff, skin=self.skin, mesh=self.comm)
+            config = DomainConfig(
+                cutoff=self.model.cutoff, skin=self.skin, mesh=self.comm, strategy=self.strategy
+            )
             self._distributed = DistributedModel(self.model, config)
         return self._distributed
 

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from nvdd_plugins.decomposition.frame import DecompositionFrame
 from nvdd_plugins.decomposition.grid import choose_rank_grid
+from nvdd_plugins.decomposition.index_partitioner import (
+    IndexPartitioner,
+    index_owners,
+    morton_order,
+)
 from nvdd_plugins.decomposition.partitioner import GhostImages, SpatialPartitioner
 
-__all__ = ["DecompositionFrame", "GhostImages", "SpatialPartitioner", "choose_rank_grid"]
+__all__ = [
+    "DecompositionFrame",
+    "GhostImages",
+    "IndexPartitioner",
+    "SpatialPartitioner",
+    "choose_rank_grid",
+    "index_owners",
+    "morton_order",
+]

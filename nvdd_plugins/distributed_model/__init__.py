@@ -6,6 +6,7 @@ from __future__ import annotations
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
 from nvdd_plugins.distributed_model.model import DistributedModel
@@ -16,11 +17,13 @@ __all__ = [
     "SENTINEL_RULE",
     "Capacity",
     "DistributedModel",
+    "GraphDomain",
     "HaloDomain",
     "HaloEngine",
     "HaloView",
     "NonFiniteError",
     "assemble_view",
+    "build_graph_view",
     "build_halo_view",
     "is_aggregation",
 ]

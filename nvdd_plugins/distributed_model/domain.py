@@ -15,12 +15,35 @@ from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
 from nvdd_plugins.geometry import RebuildDetector
 
-__all__ = ["NON_FINITE", "REBUILD", "HaloDomain"]
+__all__ = ["NON_FINITE", "REBUILD", "HaloDomain", "rebuild_status"]
 
 REBUILD = 1
 NON_FINITE = 2
 
 logger = logging.getLogger(__name__)
+
+
+def rebuild_status(
+    comm: Communicator,
+    detector: RebuildDetector,
+    owned_positions: torch.Tensor,
+    cell: torch.Tensor,
+    non_finite: torch.Tensor,
+) -> int:
+    """Collective: `NON_FINITE` if any rank flags `non_finite` (a 0-d bool tensor), else
+    `REBUILD` if any atom moved more than the `detector`'s threshold or the cell changed,
+    else 0.
+
+    The local test stays on the device; the one host synchronisation is the answer.
+    """
+    device = owned_positions.device
+    reference = detector.reference
+    if reference is None or owned_positions.shape != reference[0].shape:
+        flag = torch.ones(1, device=device)
+    else:
+        flag = detector.exceeded(owned_positions, cell).to(torch.float32).reshape(1)
+    flag = torch.where(non_finite.to(device), float(NON_FINITE), flag)
+    return int(comm.all_reduce(flag, "max")[0])
 
 
 class HaloDomain:
@@ -88,19 +111,8 @@ class HaloDomain:
     def needs_rebuild(
         self, owned_positions: torch.Tensor, cell: torch.Tensor, non_finite: torch.Tensor
     ) -> int:
-        """Collective: `NON_FINITE` if any rank flags `non_finite` (a 0-d bool tensor), else
-        `REBUILD` if any atom moved more than the threshold or the cell changed, else 0.
-
-        The local test stays on the device; the one host synchronisation is the answer.
-        """
-        device = owned_positions.device
-        reference = self._verlet.reference
-        if reference is None or owned_positions.shape != reference[0].shape:
-            flag = torch.ones(1, device=device)
-        else:
-            flag = self._verlet.exceeded(owned_positions, cell).to(torch.float32).reshape(1)
-        flag = torch.where(non_finite.to(device), float(NON_FINITE), flag)
-        return int(self.comm.all_reduce(flag, "max")[0])
+        """`rebuild_status` of this rank's owned atoms against the last rebuild."""
+        return rebuild_status(self.comm, self._verlet, owned_positions, cell, non_finite)
 
     def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owner rank of each of this rank's atoms; with hysteresis, atoms within that

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from nvdd_plugins.comm import Communicator
-from nvdd_plugins.config import DomainConfig, StrategyKind
+from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.results import RowResults, check_energies, consolidate
 from nvdd_plugins.distributed_model.runner import SpecRunner
@@ -20,7 +20,7 @@ from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
-from nvdd_plugins.spec import HaloStoragePolicy, MLIPSpec, OutputKind
+from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
 
 __all__ = ["HaloEngine"]
 
@@ -123,19 +123,20 @@ class HaloEngine:
 
 
 def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
-    """The model's halo spec, or a clear error when it cannot run under `config`."""
-    if config.strategy is not StrategyKind.HALO:
-        raise ValueError(
-            f"strategy {config.strategy.value!r} is not available yet; use StrategyKind.HALO"
-        )
+    """The model's spec for `config.strategy`, or a clear error when it cannot run under
+    `config`."""
     spec = model.distribution_spec(config.strategy)
     if spec is None:
         raise DistributionRuleError(
             f"{type(model).__name__}.distribution_spec({config.strategy}) returned None: "
             "return SPEC_MPNN_HALO (autograd/scatter models) or an MLIPSpec"
         )
-    if not isinstance(spec.distribution.policy, HaloStoragePolicy):
-        raise DistributionRuleError("the halo strategy needs a HaloStoragePolicy spec")
+    policy = policy_for(config.strategy)
+    if not isinstance(spec.distribution.policy, policy):
+        raise DistributionRuleError(
+            f"the {config.strategy.value} strategy needs a {policy.__name__} spec "
+            "(nvdd_plugins.spec.for_strategy turns a halo spec into one)"
+        )
     if spec.output_kinds.get("energies") is not OutputKind.PER_NODE:
         raise DistributionRuleError(
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'

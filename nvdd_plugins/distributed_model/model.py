@@ -1,4 +1,5 @@
-"""`DistributedModel`: runs an unchanged model wrapper on one rank's sub-domain (halo)."""
+"""`DistributedModel`: runs an unchanged model wrapper on one rank's atoms plus ghosts (halo
+or graph partition, as `DomainConfig.strategy` says)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from torch import nn
 from nvdd_plugins.comm import Communicator, resolve_communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD, HaloDomain
+from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import (
     NonFiniteError,
@@ -19,6 +20,7 @@ from nvdd_plugins.distributed_model.health import (
     invalid_atoms,
     non_finite_report,
 )
+from nvdd_plugins.distributed_model.layouts import make_domain
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import OutputKind
@@ -51,7 +53,7 @@ class DistributedModel(nn.Module):
         self.config = config
         self.engine = HaloEngine(model, config, self.comm)
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = HaloDomain(self.comm, config)
+        self.domain = make_domain(self.comm, config)
         self._replicated_ids: torch.Tensor | None = None
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step

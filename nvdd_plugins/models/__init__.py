@@ -21,6 +21,7 @@ from nvdd_plugins.models.evaluate import (
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
+from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 
 __all__ = [
     "SPEC_LJ_HALO",
@@ -34,6 +35,7 @@ __all__ = [
     "ModelInputs",
     "NeighborConfig",
     "NeighborListFormat",
+    "RadiusGraphMPNN",
     "SimpleMPNN",
     "apply_strain",
     "energy_derivatives",

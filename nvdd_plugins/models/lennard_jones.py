@@ -16,6 +16,7 @@ from nvdd_plugins.spec import (
     MLIPSpec,
     OpAdapter,
     ScatterOutputs,
+    for_strategy,
 )
 
 __all__ = ["SPEC_LJ_HALO", "LennardJonesModel"]
@@ -87,5 +88,5 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
         return out
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """`SPEC_LJ_HALO` for the halo strategy."""
-        return SPEC_LJ_HALO if strategy in (None, StrategyKind.HALO) else None
+        """`SPEC_LJ_HALO`, with the storage policy of `strategy`."""
+        return for_strategy(SPEC_LJ_HALO, strategy)

@@ -33,6 +33,7 @@ from nvdd_plugins.spec import (
     OpAdapter,
     OwnedRows,
     PythonAdapter,
+    for_strategy,
     owned_rows,
     scattered_onto_nodes,
 )
@@ -177,16 +178,14 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return torch.cat([owned, owned.new_zeros(n_ghost)])
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """For the halo strategy: `mace_spec()`, or `cueq_mace_spec()` for a
-        cuEquivariance model."""
-        if strategy not in (None, StrategyKind.HALO):
-            return None
+        """`mace_spec()`, or `cueq_mace_spec()` for a cuEquivariance model, with the model's
+        interactions as `n_layers` and the storage policy of `strategy`."""
         n_layers = len(self.model.interactions)
         if self.cuequivariance:
             from nvdd_plugins.models.cueq import cueq_mace_spec  # optional dependency
 
-            return cueq_mace_spec(n_layers)
-        return mace_spec(n_layers=n_layers)
+            return for_strategy(cueq_mace_spec(n_layers), strategy)
+        return for_strategy(mace_spec(n_layers=n_layers), strategy)
 
 
 def marked_scatter_sum(

@@ -18,7 +18,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.geometry import complete_cell, minimum_image, perpendicular_widths
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec
+from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec, for_strategy
 
 __all__ = ["SimpleMPNN"]
 
@@ -145,7 +145,8 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """`SPEC_MPNN_HALO` with this model's layer count, for the halo strategy."""
-        if strategy not in (None, StrategyKind.HALO):
-            return None
-        return dataclasses.replace(SPEC_MPNN_HALO, n_layers=len(self.layers))
+        """`SPEC_MPNN_HALO` with this model's layer count and the storage policy of
+        `strategy`."""
+        return for_strategy(
+            dataclasses.replace(SPEC_MPNN_HALO, n_layers=len(self.layers)), strategy
+        )

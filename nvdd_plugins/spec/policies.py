@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GraphParallelPolicy", "HaloStoragePolicy", "StoragePolicy", "policy_from_name"]
+from nvdd_plugins.config import StrategyKind
+
+__all__ = [
+    "GraphParallelPolicy",
+    "HaloStoragePolicy",
+    "StoragePolicy",
+    "policy_for",
+    "policy_from_name",
+]
 
 
 @dataclass(frozen=True)
@@ -25,8 +33,9 @@ class HaloStoragePolicy(StoragePolicy):
 
 @dataclass(frozen=True)
 class GraphParallelPolicy(StoragePolicy):
-    """Graph partition: each rank stores an index shard of the atoms; ops that need other
-    shards gather them."""
+    """Graph partition: each rank owns a fixed index shard of the atoms and stores, after its
+    owned rows, ghost copies of the atoms its owned atoms' edges reach (each atom at most
+    once, at its own position: no periodic images, no padding between real rows)."""
 
 
 _BY_NAME = {cls.__name__: cls for cls in (HaloStoragePolicy, GraphParallelPolicy)}
@@ -38,3 +47,10 @@ def policy_from_name(name: str) -> StoragePolicy:
         return _BY_NAME[name]()
     except KeyError:
         raise ValueError(f"unknown storage policy {name!r}; known: {sorted(_BY_NAME)}") from None
+
+
+def policy_for(strategy: StrategyKind | None) -> type[StoragePolicy]:
+    """The storage policy a spec needs under `strategy` (None: halo)."""
+    if StrategyKind(strategy or StrategyKind.HALO) is StrategyKind.GRAPH_PARTITION:
+        return GraphParallelPolicy
+    return HaloStoragePolicy

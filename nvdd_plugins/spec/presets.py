@@ -3,11 +3,14 @@ energy model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
-from nvdd_plugins.spec.policies import HaloStoragePolicy
+from nvdd_plugins.spec.policies import HaloStoragePolicy, policy_for
 
-__all__ = ["ENERGY_KINDS", "SPEC_MPNN_HALO"]
+__all__ = ["ENERGY_KINDS", "SPEC_MPNN_GRAPH", "SPEC_MPNN_HALO", "for_strategy"]
 
 ENERGY_KINDS: dict[str, OutputKind] = {
     "energies": OutputKind.PER_NODE,
@@ -23,3 +26,18 @@ SPEC_MPNN_HALO = MLIPSpec(
 )
 """Scatter-based message passing with autograd forces: every node-indexed scatter is
 halo-refreshed; forces and stress come from the owned partial energy."""
+
+
+def for_strategy(spec: MLIPSpec, strategy: StrategyKind | None) -> MLIPSpec:
+    """`spec` with the storage policy of `strategy` (None: halo). Both layouts refresh ghost
+    rows at every aggregation onto atoms, so a model's op-level declarations (adapters,
+    marks, output kinds) hold for either."""
+    policy = policy_for(strategy)
+    if isinstance(spec.distribution.policy, policy):
+        return spec
+    return replace(spec, distribution=replace(spec.distribution, policy=policy()))
+
+
+SPEC_MPNN_GRAPH = for_strategy(SPEC_MPNN_HALO, StrategyKind.GRAPH_PARTITION)
+"""`SPEC_MPNN_HALO` for graph partition: index-sharded atoms, ghost rows refreshed from
+their owners at every aggregation onto atoms."""

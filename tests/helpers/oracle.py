@@ -9,6 +9,7 @@ from ase import Atoms
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import Communicator
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
 
 ENERGY_PER_ATOM_TOL = 1e-10
@@ -44,9 +45,10 @@ def replicated(
     properties: Iterable[str],
     grid: tuple[int, int, int] | None = None,
     skin: float = 0.3,
+    strategy: StrategyKind = StrategyKind.HALO,
 ) -> dict[str, torch.Tensor]:
     """The model through DistributedModel with every rank holding the full system."""
-    config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid)
+    config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid, strategy=strategy)
     distributed = DistributedModel(model, config)
     result = requested(
         distributed.evaluate_replicated(Batch.from_atoms(atoms), properties), properties

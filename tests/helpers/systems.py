@@ -19,7 +19,7 @@ from nvdd_plugins.models import (
     SimpleMPNN,
 )
 from nvdd_plugins.models.mpnn import _Interaction
-from nvdd_plugins.spec import SPEC_MPNN_HALO
+from nvdd_plugins.spec import SPEC_MPNN_HALO, for_strategy
 
 LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF = 0.0104, 3.4, 6.0
 MPNN_CUTOFF = 4.5
@@ -60,7 +60,7 @@ class ShiftPairModel(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy=None):
-        return SPEC_MPNN_HALO
+        return for_strategy(SPEC_MPNN_HALO, strategy)
 
 
 class NaNBeyondWall(SimpleMPNN):

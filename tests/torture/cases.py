@@ -16,9 +16,17 @@ from ase.md.velocitydistribution import thermalize_momenta
 
 from tests.torture.zoo import MODEL_KINDS, OP_GROUPS, ModelSpec
 
-PATHS = ("replicated", "trajectory", "ase", "gloo", "chunked")
+PATHS = ("replicated", "trajectory", "ase", "gloo", "graph", "chunked")
 """How a case is run (see tests/torture/paths.py)."""
-PATH_WEIGHTS = {"replicated": 0.5, "trajectory": 0.17, "ase": 0.18, "gloo": 0.08, "chunked": 0.07}
+PATH_WEIGHTS = {
+    "replicated": 0.55,
+    "trajectory": 0.17,
+    "ase": 0.2,
+    "gloo": 0.08,
+    "graph": 0.1,
+    "chunked": 0.07,
+}
+"""Relative weights (normalised over the paths a draw allows)."""
 FAMILIES = {
     "bulk": "periodic-style filling: jittered lattice or random with a 2 Å minimum distance",
     "slab": "a layer along one axis, vacuum around it",
@@ -101,6 +109,8 @@ def _draw_model(rng: np.random.Generator, tiny: bool, path: str) -> ModelSpec:
         kind = "mpnn"  # MACE is slow: static paths only
     if kind == "simple" and tiny:
         kind = "mpnn"
+    if kind == "simple" and path == "graph":
+        kind = "radius_graph"
     cutoff = 4.5 if kind == "mace" else float(_choice(rng, (3.5, 4.0, 4.5, 5.0)))
     n_layers = int(rng.integers(1, 5))
     ops = tuple(
@@ -109,7 +119,8 @@ def _draw_model(rng: np.random.Generator, tiny: bool, path: str) -> ModelSpec:
     targets = tuple(str(_choice(rng, ("receivers", "senders"))) for _ in range(n_layers))
     mic = kind == "mpnn" and not tiny and rng.random() < 0.3
     if kind != "mpnn":
-        ops, targets = (("index_add_",) * n_layers, targets) if kind == "simple" else ((), ())
+        layered = kind in ("simple", "radius_graph")
+        ops, targets = (("index_add_",) * n_layers, targets) if layered else ((), ())
     return ModelSpec(str(kind), cutoff, ops, targets, mic, seed=int(rng.integers(1000)))
 
 
@@ -143,7 +154,7 @@ def draw_case(seed: int, paths: tuple[str, ...] = PATHS) -> Case:
         grid = options[int(rng.integers(len(options)))]
     skin = float(_choice(rng, (0.0, 0.3, 0.5)))
     case = Case(seed, path, family, cell_kind, pbc, world_size, grid, skin, model)
-    if path in ("trajectory", "gloo"):
+    if path in ("trajectory", "gloo", "graph"):
         steps = int(_choice(rng, (50, 80, 120, 200), (4, 3, 2, 1))) if path == "trajectory" else 30
         steps = min(steps, max(50, 400 // world_size))  # at most ~400 rank-steps
         integrator = str(_choice(rng, ("nve", "langevin")))
@@ -256,7 +267,7 @@ def build_atoms(case: Case) -> Atoms:
     volume = abs(np.linalg.det(cell))
     inside, fraction = _region(rng, case, cell, pbc)
     per_atom = rng.uniform(18.0, 35.0)
-    limit = 64 if case.path in ("trajectory", "gloo") else 150
+    limit = 64 if case.path in ("trajectory", "gloo", "graph") else 150
     n_target = int(np.clip(round(fraction * volume / per_atom), 8, limit))
     special = {"single": 1, "pair": int(rng.integers(2, 5)), "sparse": int(rng.integers(2, 9))}
     n_target = special.get(case.family, n_target)

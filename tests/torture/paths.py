@@ -22,6 +22,7 @@ from ase.stress import voigt_6_to_full_3x3_stress
 from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import Communicator, run_simulated
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
 from nvdd_plugins.models import ChunkedEvaluator
 from tests.helpers import oracle
@@ -33,6 +34,7 @@ from tests.torture.zoo import mace_available
 TIMEOUT_S = float(os.environ.get("TORTURE_TIMEOUT", "30"))
 """Hard limit of one simulated case (seconds); gloo cases get twice as long."""
 POSITION_TOL = 1e-8
+HALO = StrategyKind.HALO
 
 
 class CaseHang(RuntimeError):
@@ -117,10 +119,12 @@ def _check_ranks(results: list[dict[str, torch.Tensor]], ref: dict, n: int, labe
     return worst
 
 
-def _replicated(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
+def _replicated(
+    case: Case, model: Any, atoms: Atoms, timeout: float, strategy: StrategyKind = HALO
+) -> Outcome:
     properties = properties_for(atoms)
     ref = _oracle(reference, model, atoms, properties)
-    run = lambda comm: replicated(comm, model, atoms, properties, case.grid, case.skin)  # noqa: E731
+    run = lambda comm: replicated(comm, model, atoms, properties, case.grid, case.skin, strategy)  # noqa: E731
     results = _simulated(case, run, timeout)
     worst = _check_ranks(results, ref, len(atoms), "evaluate_replicated")
     owned = [int(r["n_owned"]) for r in results]
@@ -148,13 +152,15 @@ def _ase_states(case: Case, atoms: Atoms) -> list[Atoms]:
     return states + [states[-1][:-1]] * (n > 1)
 
 
-def _ase(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
+def _ase(
+    case: Case, model: Any, atoms: Atoms, timeout: float, strategy: StrategyKind = HALO
+) -> Outcome:
     properties = properties_for(atoms)
     states = _ase_states(case, atoms)
     refs = [_oracle(reference, model, state, properties) for state in states]
 
     def per_rank(comm: Communicator) -> list[dict[str, torch.Tensor]]:
-        calc = DomainDecomposedCalculator(model, skin=case.skin, comm=comm)
+        calc = DomainDecomposedCalculator(model, skin=case.skin, comm=comm, strategy=strategy)
         out = []
         for state in states:
             mine = state.copy()
@@ -209,10 +215,22 @@ def _reference_trajectory(case: Case, model: Any, atoms: Atoms, steps: int) -> t
     return torch.stack(frames)
 
 
-def _trajectory_rank(comm: Communicator, case: Case, model: Any, atoms: Atoms, steps: int) -> dict:
+def _trajectory_rank(
+    comm: Communicator,
+    case: Case,
+    model: Any,
+    atoms: Atoms,
+    steps: int,
+    strategy: StrategyKind = HALO,
+) -> dict:
     recorder = _Recorder()
     config = DomainConfig(
-        model.cutoff, case.skin, comm, grid=case.grid, migration_hysteresis=case.hysteresis
+        model.cutoff,
+        case.skin,
+        comm,
+        grid=case.grid,
+        migration_hysteresis=case.hysteresis,
+        strategy=strategy,
     )
     with DomainParallel(_integrator(case, model), config, steps, hooks=[recorder]) as dd:
         dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
@@ -248,9 +266,11 @@ def _check_trajectory(reports: list[dict], ref: torch.Tensor, atoms: Atoms) -> d
     return {"positions": worst}
 
 
-def _trajectory(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
+def _trajectory(
+    case: Case, model: Any, atoms: Atoms, timeout: float, strategy: StrategyKind = HALO
+) -> Outcome:
     ref = _oracle(_reference_trajectory, case, model, atoms, case.steps)
-    run = lambda comm: _trajectory_rank(comm, case, model, atoms, case.steps)  # noqa: E731
+    run = lambda comm: _trajectory_rank(comm, case, model, atoms, case.steps, strategy)  # noqa: E731
     reports = _simulated(case, run, timeout)
     worst = _check_trajectory(reports, ref, atoms)
     info = {key: sum(r[key] for r in reports) for key in ("rebuilds", "migrated")}
@@ -273,6 +293,17 @@ def _gloo(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
     worst = _check_ranks([r[0] for r in reports], ref, len(atoms), "gloo evaluate_replicated")
     worst |= _check_trajectory([r[1] for r in reports], trajectory, atoms)
     return Outcome(case, "pass", deviations=worst)
+
+
+def _graph(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
+    """Graph partition: evaluate_replicated, the ASE calculator's states and (MACE aside,
+    which is slow) a DomainParallel trajectory, each against the single-process run."""
+    runs = [_replicated, _ase] + [_trajectory] * (case.model.kind != "mace")
+    outcomes = [run(case, model, atoms, timeout, StrategyKind.GRAPH_PARTITION) for run in runs]
+    worst: dict[str, float] = {}
+    for outcome in outcomes:
+        worst = _worst(worst, outcome.deviations)
+    return Outcome(case, "pass", deviations=worst, info=outcomes[0].info)
 
 
 def _oracle(fn: Callable[..., Any], *args: Any) -> Any:
@@ -304,6 +335,7 @@ RUNNERS = {
     "ase": _ase,
     "gloo": _gloo,
     "chunked": _chunked,
+    "graph": _graph,
 }
 
 

@@ -30,6 +30,12 @@ CHUNKED_SEEDS = tuple(range(4000, 4030))
 """One process, the system evaluated in 1 to 8 chunks one after another (ChunkedEvaluator)."""
 
 
+GRAPH_SEEDS = (5050, 5022, 5006, 5045, 5017, 5004, 5005, 5047, 5026)
+"""Graph partition on the simulated mesh (evaluate_replicated, ASE calculator, trajectory):
+RadiusGraphMPNN at 2, 4 and 7 ranks (one with a single atom), MACE at 8, MPNNs with sum,
+unique and custom-op aggregations, LJ in a tiny cell and the shift-vector pair model."""
+
+
 @functools.cache
 def _case(seed: int, paths: tuple[str, ...]) -> Case:
     return draw_case(seed, paths)
@@ -63,6 +69,13 @@ def test_chunked_case(seed: int) -> None:
 @pytest.mark.parametrize("seed", GLOO_SEEDS, ids=[_label(seed, ("gloo",)) for seed in GLOO_SEEDS])
 def test_gloo_case(seed: int) -> None:
     _check(_case(seed, ("gloo",)))
+
+
+@pytest.mark.parametrize(
+    "seed", GRAPH_SEEDS, ids=[_label(seed, ("graph",)) for seed in GRAPH_SEEDS]
+)
+def test_graph_partition_case(seed: int) -> None:
+    _check(_case(seed, ("graph",)))
 
 
 def test_ci_subset_covers_every_op_family_cell_pbc_and_world_size() -> None:

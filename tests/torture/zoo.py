@@ -29,9 +29,10 @@ from nvdd_plugins.models import (
     LennardJonesModel,
     ModelConfig,
     NeighborConfig,
+    RadiusGraphMPNN,
     SimpleMPNN,
 )
-from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, MLIPSpec, OpAdapter
+from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, MLIPSpec, OpAdapter, for_strategy
 from nvdd_plugins.spec.policies import HaloStoragePolicy
 from nvdd_plugins.spec.transforms import ScatterOutputs
 from tests.helpers.systems import ShiftPairModel
@@ -58,7 +59,9 @@ OPS = tuple(op for group in OP_GROUPS for op in group)
 """Every aggregation op the zoo covers; "+" marks index_put(accumulate=True)."""
 
 MODEL_KINDS = ("mpnn", "simple", "pair", "lj", "mace")
-"""The zoo's model families (see `ModelSpec.build`)."""
+"""The zoo's model families drawn for every path (see `ModelSpec.build`); graph-partition
+cases draw "radius_graph" (`RadiusGraphMPNN`, which builds its own graph) where others draw
+"simple"."""
 _TIE_BREAK = (0.8017, 0.5113, 0.3094)
 warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
 
@@ -235,10 +238,8 @@ class TortureMPNN(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """SPEC_MPNN_HALO, with the custom op's adapter when a layer uses it."""
-        if strategy not in (None, StrategyKind.HALO):
-            return None
-        return SPEC_CUSTOM_OP if self.uses_custom_op else SPEC_MPNN_HALO
+        """SPEC_MPNN_HALO, with the custom op's adapter when a layer uses it, for `strategy`."""
+        return for_strategy(SPEC_CUSTOM_OP if self.uses_custom_op else SPEC_MPNN_HALO, strategy)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class ModelSpec:
     @property
     def n_layers(self) -> int:
         """Message-passing layers: cutoffs an atom's energy can see."""
-        if self.kind in ("mpnn", "simple"):
+        if self.kind in ("mpnn", "simple", "radius_graph"):
             return max(1, len(self.ops))
         return 2 if self.kind == "mace" else 1
 
@@ -274,7 +275,8 @@ class ModelSpec:
     @property
     def needs_wide_cells(self) -> bool:
         """Minimum-image models need periodic widths above twice the cutoff."""
-        return self.kind == "simple" or (self.kind == "mpnn" and self.minimum_image)
+        minimum_image_kinds = ("simple", "radius_graph")
+        return self.kind in minimum_image_kinds or (self.kind == "mpnn" and self.minimum_image)
 
     def label(self) -> str:
         """A short one-line description."""
@@ -286,7 +288,7 @@ class ModelSpec:
             return f"mpnn[{layers}]{'/mic' if self.minimum_image else ''} rc={self.cutoff}"
         if self.kind == "mace":
             return f"mace{'/cueq' if self.cuequivariance else ''} rc={self.cutoff}"
-        layers = f" layers={len(self.ops)}" if self.kind == "simple" else ""
+        layers = f" layers={len(self.ops)}" if self.kind in ("simple", "radius_graph") else ""
         return f"{self.kind}{layers} rc={self.cutoff}"
 
     def build(self) -> nn.Module:
@@ -296,6 +298,9 @@ class ModelSpec:
         if self.kind == "simple":
             n_layers = max(1, len(self.ops))
             return SimpleMPNN(self.cutoff, hidden=8, n_layers=n_layers, seed=self.seed).double()
+        if self.kind == "radius_graph":
+            n_layers = max(1, len(self.ops))
+            return RadiusGraphMPNN(self.cutoff, n_layers=n_layers, seed=self.seed).double()
         if self.kind == "pair":
             return ShiftPairModel(self.cutoff)
         if self.kind == "lj":

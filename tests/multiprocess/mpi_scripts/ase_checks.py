@@ -10,11 +10,20 @@ from ase.calculators.lj import LennardJones
 from ase.md.langevin import Langevin
 from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
+from ase.stress import full_3x3_to_voigt_6_stress
 from mpi4py import MPI
 
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import SimulatedMesh
-from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, STRESS_TOL
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.models import RadiusGraphMPNN
+from tests.helpers.oracle import (
+    ENERGY_PER_ATOM_TOL,
+    FORCES_TOL,
+    STRESS_TOL,
+    properties_for,
+    reference,
+)
 from tests.helpers.systems import (
     LJ_CUTOFF,
     LJ_EPSILON,
@@ -57,21 +66,34 @@ def compare(atoms, calc, reference, label):
     assert all(np.array_equal(f, forces[0]) for f in forces), (label, "ranks disagree")
 
 
+def as_ase_results(ref):
+    """Reference tensors (energy, forces, 3x3 stress) as ASE results (Voigt stress)."""
+    expected = {"energy": float(ref["energy"][0]), "forces": ref["forces"].numpy()}
+    if "stress" in ref:
+        expected["stress"] = full_3x3_to_voigt_6_stress(ref["stress"][0].numpy())
+    return expected
+
+
 def check_mace():
     """MACE through the calculator against mace-torch's own MACECalculator."""
-    from ase.stress import full_3x3_to_voigt_6_stress
-
     from nvdd_plugins.models import MACEWrapper
     from tests.helpers.mace_models import mace_calculator_reference, tiny_mace, with_two_species
 
     model = tiny_mace()
     for name in ("bulk", "slab", "cluster"):
         atoms = with_two_species(SYSTEMS[name]())
-        ref = mace_calculator_reference(model, atoms)
-        expected = {"energy": float(ref["energy"][0]), "forces": ref["forces"].numpy()}
-        if "stress" in ref:
-            expected["stress"] = full_3x3_to_voigt_6_stress(ref["stress"][0].numpy())
+        expected = as_ase_results(mace_calculator_reference(model, atoms))
         compare(atoms, DomainDecomposedCalculator(MACEWrapper(model)), expected, f"mace/{name}")
+
+
+def check_graph_partition():
+    """Graph partition through the calculator against the single-process evaluation."""
+    for model in (mpnn_model(), RadiusGraphMPNN().double()):
+        for name, build in {**SYSTEMS, **SPARSE_SYSTEMS}.items():
+            atoms = build()
+            expected = as_ase_results(reference(model, atoms, properties_for(atoms)))
+            calc = DomainDecomposedCalculator(model, strategy=StrategyKind.GRAPH_PARTITION)
+            compare(atoms, calc, expected, f"graph/{type(model).__name__}/{name}")
 
 
 def trajectory(calc, thermostat):
@@ -101,6 +123,7 @@ def main() -> None:
         compare(build(), DomainDecomposedCalculator(mpnn), single_rank(mpnn), f"mpnn/{name}")
     if importlib.util.find_spec("mace") is not None:
         check_mace()
+    check_graph_partition()
     print(f"rank {world.rank}: static OK", flush=True)
 
     for thermostat in (False, True):
