@@ -58,6 +58,13 @@ def test_byo_custom_op_example() -> None:
     assert "validation verified: True" in output and "20 NVE steps" in output
 
 
+def test_chunked_md_example() -> None:
+    output = _ok([sys.executable, str(EXAMPLES / "single_gpu" / "chunked_md.py")], 240)
+    assert "2048 atoms in 2 chunks" in output
+    difference = float(output.split("evaluated whole: ")[1].split()[0])
+    assert difference < 1e-8
+
+
 def test_ase_examples_under_mpirun(tmp_path) -> None:
     trajectory = tmp_path / "md.traj"
     output = run_mpi(

@@ -39,11 +39,14 @@ def test_nan_from_the_model_stops_lammps(workdir, systems) -> None:
 
 def test_multi_layer_model_without_handle_or_layers(workdir, systems) -> None:
     """A pair potential needs neither the handle nor n_layers (its spec says one layer); a
-    message-passing model without both cannot know its ghost shell and says so."""
+    message-passing model without both (its spec leaves n_layers unknown) cannot know its
+    ghost shell and says so."""
     from lammps_interface import MLIAPModel
     from tests.helpers.systems import mpnn_model
 
-    MLIAPModel(mpnn_model(), ["Ar"]).pickle(workdir / "mpnn_bare.pkl")
+    bridge = MLIAPModel(mpnn_model(), ["Ar"])
+    bridge.n_layers = None  # as for a spec that does not declare it
+    bridge.pickle(workdir / "mpnn_bare.pkl")
     case = model_case("bare", "mpnn_bare.pkl", systems["bulk_ar"], 1)
     (workdir / "in.bare").write_text(case.block())
     code, output = run_lmp(1, workdir / "in.bare", workdir, timeout=120)
