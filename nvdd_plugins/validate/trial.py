@@ -123,6 +123,8 @@ class Trial:
 
     def can_compile(self) -> str | None:
         """None when compile=True can run on this sample, else why not."""
+        if self.strategy is StrategyKind.GRAPH_PARTITION:
+            return "graph partition runs eagerly"
         neighbors = self.model.model_config.neighbor_config
         if not (neighbors and neighbors.accepts_skin_pairs):
             return "the model does not declare NeighborConfig(accepts_skin_pairs=True)"

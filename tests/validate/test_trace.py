@@ -7,7 +7,6 @@ import dataclasses
 import inspect
 import threading
 
-import pytest
 import torch
 
 from nvdd_plugins.config import StrategyKind
@@ -114,11 +113,17 @@ def test_a_model_without_spec_is_not_ok() -> None:
     assert not report.ok and "SPEC_MPNN_HALO" in report.next_action
 
 
-def test_a_strategy_the_engine_lacks_is_refused() -> None:
+def test_a_halo_spec_under_graph_partition_gets_the_policy_fix() -> None:
     model = defects.mpnn(cls=defects.WithSpec)
     model.spec = SPEC_MPNN_HALO  # for any strategy
-    with pytest.raises(RuntimeError, match="not available"):
-        trace_and_validate(model, strategy=StrategyKind.GRAPH_PARTITION)
+    report = trace_and_validate(model, strategy=StrategyKind.GRAPH_PARTITION)
+    assert not report.ok and "GraphParallelPolicy" in report.next_action
+
+
+def test_graph_partition_is_validated_eagerly() -> None:
+    report = trace_and_validate(defects.mpnn(), strategy=StrategyKind.GRAPH_PARTITION)
+    assert report.ok, report
+    assert any("graph partition runs eagerly" in note for note in report.notes)
 
 
 def test_a_model_that_cannot_be_copied_is_validated_in_its_own_precision() -> None:
