@@ -1,5 +1,6 @@
-"""`DistributedModel` (owned atoms that migrate, or a replicated system) over `HaloEngine`,
-which applies a model's spec on one rank's view, whatever its layout."""
+"""`DistributedModel` (owned atoms that migrate) and `ReplicatedModel` (a system every rank
+holds) over `HaloEngine`, which applies a model's spec on one rank's view, whatever its
+layout."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
-from nvdd_plugins.distributed_model.model import DistributedModel
+from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_halo_view
 
 __all__ = [
@@ -22,6 +24,8 @@ __all__ = [
     "HaloEngine",
     "HaloView",
     "NonFiniteError",
+    "ReplicatedModel",
+    "SubdomainModel",
     "assemble_view",
     "build_graph_view",
     "build_halo_view",
