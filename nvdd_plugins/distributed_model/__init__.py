@@ -7,6 +7,7 @@ from __future__ import annotations
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
@@ -19,6 +20,7 @@ __all__ = [
     "SENTINEL_RULE",
     "Capacity",
     "DistributedModel",
+    "GivenRowsModel",
     "GraphDomain",
     "HaloDomain",
     "HaloEngine",
