@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
-from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.distributed_model import DistributedModel, ReplicatedModel
 from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "DomainConfig",
     "DomainParallel",
     "HookScope",
+    "ReplicatedModel",
     "StrategyKind",
 ]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from ase import Atoms
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import SimulatedMesh, run_simulated
 from nvdd_plugins.dynamics import NVE
@@ -101,11 +101,11 @@ class _UndeclaredOutput(SimpleMPNN):
 def test_output_the_spec_does_not_declare() -> None:
     model = _UndeclaredOutput(cutoff=4.5, hidden=8, n_layers=1).double()
     batch = Batch.from_atoms(SYSTEMS["bulk"]())
-    distributed = DistributedModel(
+    distributed = ReplicatedModel(
         model, DomainConfig(cutoff=4.5, mesh=SimulatedMesh(1).communicator(0))
     )
     with pytest.raises(DistributionRuleError, match="output 'charges' has no OutputKind"):
-        distributed.evaluate_replicated(batch)
+        distributed(batch)
 
 
 def test_domain_cutoff_smaller_than_the_model() -> None:

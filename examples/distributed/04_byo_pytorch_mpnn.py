@@ -19,7 +19,7 @@ import torch
 from ase.build import bulk
 from torch import nn
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.geometry import minimum_image
 from nvdd_plugins.models import BaseModelMixin, ModelConfig, NeighborConfig, evaluate_model
@@ -85,9 +85,7 @@ def main() -> None:
 
         def rank(comm):
             config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=comm)
-            return DistributedModel(model, config).evaluate_replicated(
-                Batch.from_atoms(atoms), properties
-            )
+            return ReplicatedModel(model, config)(Batch.from_atoms(atoms), properties)
 
         result = run_simulated(world_size, rank)[0]
         errors = {k: float((result[k] - reference[k]).abs().max()) for k in properties}

@@ -1,7 +1,7 @@
 """`DomainDecomposedCalculator`: an ASE calculator that decomposes space over MPI ranks.
 
 Every rank holds the full `Atoms` (the ASE convention under `mpirun`); each evaluates the
-atoms of its sub-domain plus ghosts through `DistributedModel`, and all ranks return the same
+atoms of its sub-domain plus ghosts through `ReplicatedModel`, and all ranks return the same
 full results. Run scripts as `mpirun -n P python -m mpi4py script.py` so an exception on one
 rank ends all of them.
 """
@@ -27,7 +27,7 @@ from nvdd_plugins.comm import (
 )
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
+from nvdd_plugins.distributed_model import NonFiniteError, ReplicatedModel
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["DomainDecomposedCalculator"]
@@ -93,17 +93,17 @@ class DomainDecomposedCalculator(Calculator):
         self.dtype = dtype
         self.device = torch.device(device)
         self.strategy = StrategyKind(strategy)
-        self._distributed: DistributedModel | None = None
+        self._replicated: ReplicatedModel | None = None
 
     @property
-    def distributed_model(self) -> DistributedModel:
-        """The `DistributedModel` of the current decomposition (made on first use)."""
-        if self._distributed is None:
+    def replicated_model(self) -> ReplicatedModel:
+        """The `ReplicatedModel` of the current decomposition (made on first use)."""
+        if self._replicated is None:
             config = DomainConfig(
                 cutoff=self.model.cutoff, skin=self.skin, mesh=self.comm, strategy=self.strategy
             )
-            self._distributed = DistributedModel(self.model, config)
-        return self._distributed
+            self._replicated = ReplicatedModel(self.model, config)
+        return self._replicated
 
     def _check_same_atoms(self, atoms: Atoms) -> None:
         parts = (atoms.numbers, atoms.positions, atoms.cell.array, atoms.pbc)
@@ -130,7 +130,7 @@ class DomainDecomposedCalculator(Calculator):
             raise ValueError("the Atoms object has no atoms")
         self._check_same_atoms(atoms)
         if _RESET_ON & set(system_changes):
-            self._distributed = None
+            self._replicated = None
         # Everything in one collective evaluation, whatever was asked: a later get_stress()
         # on some ranks only is then served from the cache instead of waiting for the others.
         wanted = {"energy", "forces"}
@@ -138,7 +138,7 @@ class DomainDecomposedCalculator(Calculator):
         if has_volume:
             wanted.add("stress")
         batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
-        result = self.distributed_model.evaluate_replicated(batch, wanted)
+        result = self.replicated_model(batch, wanted)
         energy = float(result["energy"].sum())
         _check_finite(energy, result["forces"])
         self.results = {

@@ -1,15 +1,18 @@
-"""`DistributedModel` (owned atoms that migrate, or a replicated system) over `HaloEngine`,
-which applies a model's spec on one rank's view, whatever its layout."""
+"""`DistributedModel` (owned atoms that migrate) and `ReplicatedModel` (a system every rank
+holds) over `HaloEngine`, which applies a model's spec on one rank's view, whatever its
+layout."""
 
 from __future__ import annotations
 
 from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
-from nvdd_plugins.distributed_model.model import DistributedModel
+from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_halo_view
 
 __all__ = [
@@ -17,11 +20,14 @@ __all__ = [
     "SENTINEL_RULE",
     "Capacity",
     "DistributedModel",
+    "GivenRowsModel",
     "GraphDomain",
     "HaloDomain",
     "HaloEngine",
     "HaloView",
     "NonFiniteError",
+    "ReplicatedModel",
+    "SubdomainModel",
     "assemble_view",
     "build_graph_view",
     "build_halo_view",

@@ -1,5 +1,5 @@
 """`DistributedModel`: runs an unchanged model wrapper on one rank's atoms plus ghosts (halo
-or graph partition, as `DomainConfig.strategy` says)."""
+or graph partition, as `DomainConfig.strategy` says), each rank holding only its atoms."""
 
 from __future__ import annotations
 
@@ -23,15 +23,75 @@ from nvdd_plugins.distributed_model.health import (
 from nvdd_plugins.distributed_model.layouts import make_domain
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import OutputKind
 
-__all__ = ["DistributedModel"]
+__all__ = ["DistributedModel", "SubdomainModel"]
 
 _DEFAULT_PROPERTIES = ("energy", "forces")
 
 
-class DistributedModel(nn.Module):
-    """Wrap a model wrapper so its forward runs on this rank's owned + ghost atoms.
+class SubdomainModel(nn.Module):
+    """What every layout of a model over sub-domains shares: this rank's communicator, the
+    engine that runs the model on a view, the decomposition state (`domain`), and the
+    rebuild and NaN checks. Layouts differ in which atoms a rank holds and how results map
+    back to them (`DistributedModel`, `ReplicatedModel`).
+
+    Args:
+        model: a `BaseModelMixin` wrapper with per-atom "energies" output.
+        config: the `DomainConfig` (cutoff must cover the model's).
+        mesh: communicator; default `config.mesh`.
+    """
+
+    def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
+        super().__init__()
+        self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
+        self.config = config
+        self.engine = HaloEngine(model, config, self.comm)
+        self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
+        self.domain = make_domain(self.comm, config)
+        # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
+        # the next step
+        self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
+
+    def setup(self, full: Batch | None) -> None:
+        """Fix the decomposition from the full system on rank 0 (collective)."""
+        self.domain.setup(full)
+
+    def _rebuild_needed(
+        self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
+    ) -> bool:
+        energy, *per_atom = self._last_results
+        positions = positions.detach()
+        non_finite = any_non_finite(positions, energy, tuple(per_atom))
+        status = self.domain.needs_rebuild(positions, cell, non_finite)
+        if status == NON_FINITE:
+            invalid = invalid_atoms(positions, tuple(per_atom))
+            raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
+        return status == REBUILD
+
+    def _rebuild(self, owned: Batch) -> None:
+        self.domain.build(owned)
+        self.engine.rebuilt(owned.cell[0], owned.pbc[0])
+
+    def evaluate_view(
+        self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
+
+        Ghost positions come from their owners through `copy_to_ghosts`, so the returned
+        "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
+        and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
+        """
+        want_forces, want_stress = self.engine.wanted(properties)
+        leaf = owned.positions.detach().requires_grad_(want_forces)
+        with torch.enable_grad():
+            rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
+        results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, want_stress)
+        return results.for_owned_rows(view, self.comm)
+
+
+class DistributedModel(SubdomainModel):
+    """Wrap a model wrapper so its forward runs on this rank's owned + ghost atoms, each rank
+    holding only its own atoms, which migrate between ranks (the `DomainParallel` layout).
 
     The model's `distribution_spec(strategy)` says how: during the forward every
     node-indexed scatter is halo-refreshed, node -> system sums keep owned rows only, and
@@ -46,23 +106,6 @@ class DistributedModel(nn.Module):
     """
 
     uses_batch_neighbors = False  # the halo view carries its own list (see `compute_view`)
-
-    def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
-        super().__init__()
-        self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
-        self.config = config
-        self.engine = HaloEngine(model, config, self.comm)
-        self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = make_domain(self.comm, config)
-        self._replicated_ids: torch.Tensor | None = None
-        # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
-        # the next step
-        self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
-
-    # -- entry points -----------------------------------------------------------------------
-    def setup(self, full: Batch | None) -> None:
-        """Fix the decomposition from the full system on rank 0 (collective)."""
-        self.domain.setup(full)
 
     def forward(
         self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
@@ -89,18 +132,6 @@ class DistributedModel(nn.Module):
             self.domain.migrate(owned)
             self._rebuild(owned)
 
-    def _rebuild_needed(
-        self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
-    ) -> bool:
-        energy, *per_atom = self._last_results
-        positions = positions.detach()
-        non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        status = self.domain.needs_rebuild(positions, cell, non_finite)
-        if status == NON_FINITE:
-            invalid = invalid_atoms(positions, tuple(per_atom))
-            raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
-        return status == REBUILD
-
     def check_finite(self, owned: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
         or energy, are NaN or infinite (collective; `prepare` does this every step)."""
@@ -116,50 +147,3 @@ class DistributedModel(nn.Module):
         batch = self.engine.batch(view, rows, owned.cell, owned.pbc)
         batch.add_node_property("global_ids", view.global_ids)
         return batch
-
-    def evaluate_replicated(
-        self, full: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate when every rank holds the same full system (the ASE path).
-
-        Each rank computes its sub-domain; per-atom results are gathered, so every rank
-        returns identical full-system results.
-        """
-        if self.domain.partitioner is None:
-            self.setup(full)
-        ids = self._replicated_ids
-        tracked = full.positions if ids is None else full.positions[ids]
-        tracked_ids = torch.arange(len(tracked), device=tracked.device) if ids is None else ids
-        rebuild = self._rebuild_needed(tracked, full.cell[0], tracked_ids)
-        if rebuild:
-            ids = self.domain.select_owned(full.positions, full.cell[0])
-            self._replicated_ids = ids
-        owned = full.select_nodes(ids)
-        owned.add_node_property("global_ids", ids)
-        if rebuild:
-            self._rebuild(owned)
-        local = self.evaluate_view(self.domain.view, owned, properties)
-        kinds = self.engine.spec.output_kinds
-        per_node = {k: v for k, v in local.items() if kinds.get(k) is OutputKind.PER_NODE}
-        return {**local, **self.comm.gather_by_id(ids, per_node)}
-
-    def _rebuild(self, owned: Batch) -> None:
-        self.domain.build(owned)
-        self.engine.rebuilt(owned.cell[0], owned.pbc[0])
-
-    # -- the distributed evaluation ---------------------------------------------------------
-    def evaluate_view(
-        self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
-
-        Ghost positions come from their owners through `copy_to_ghosts`, so the returned
-        "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
-        and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
-        """
-        want_forces, want_stress = self.engine.wanted(properties)
-        leaf = owned.positions.detach().requires_grad_(want_forces)
-        with torch.enable_grad():
-            rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
-        results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, want_stress)
-        return results.for_owned_rows(view, self.comm)

@@ -11,7 +11,7 @@ from ase import Atoms
 from nvdd_plugins.comm import SimulatedCommunicator, run_simulated
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.distributed_model import ReplicatedModel
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
@@ -151,8 +151,8 @@ class Trial:
                 strategy=self.strategy,
                 compile=compiled,
             )
-            distributed = DistributedModel(recorded, config)
-            return distributed.evaluate_replicated(self.batch(self.atoms), self.properties)
+            distributed = ReplicatedModel(recorded, config)
+            return distributed(self.batch(self.atoms), self.properties)
 
         try:
             result = run_simulated(self.world_size, rank, timeout=_RANK_TIMEOUT_S)[0]

@@ -29,7 +29,7 @@ def test_decomposition_is_reused_until_atoms_move_more_than_half_the_skin() -> N
     atoms = SYSTEMS["bulk"]()
     atoms.calc = DomainDecomposedCalculator(lj_model(), skin=0.6)
     atoms.get_forces()
-    domain = atoms.calc.distributed_model.domain
+    domain = atoms.calc.replicated_model.domain
     assert domain.rebuilds == 1
     atoms.positions[0, 0] += 0.2
     atoms.get_forces()
@@ -46,19 +46,19 @@ def test_changing_species_starts_a_new_decomposition() -> None:
     atoms = SYSTEMS["bulk"]()
     atoms.calc = DomainDecomposedCalculator(lj_model())
     atoms.get_potential_energy()
-    first = atoms.calc.distributed_model
+    first = atoms.calc.replicated_model
     atoms.numbers[0] = 36
     atoms.get_potential_energy()
-    assert atoms.calc.distributed_model is not first
+    assert atoms.calc.replicated_model is not first
 
 
 def test_results_are_cached_between_identical_calls() -> None:
     atoms = SYSTEMS["slab"]()
     atoms.calc = DomainDecomposedCalculator(lj_model())
     forces = atoms.get_forces()
-    rebuilds = atoms.calc.distributed_model.domain.rebuilds
+    rebuilds = atoms.calc.replicated_model.domain.rebuilds
     assert np.array_equal(atoms.get_forces(), forces)
-    assert atoms.calc.distributed_model.domain.rebuilds == rebuilds
+    assert atoms.calc.replicated_model.domain.rebuilds == rebuilds
 
 
 def test_stress_of_a_cluster_is_not_implemented() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.models import SimpleMPNN
 from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, MLIPSpec
@@ -45,9 +45,9 @@ def _run(target_row: int | None, world_size: int, steps: int = 3) -> tuple[float
 
     def run(comm):
         model = models[comm.rank]
-        distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
+        distributed = ReplicatedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
         batch = Batch.from_atoms(atoms)
-        results = [distributed.evaluate_replicated(batch) for _ in range(steps)]
+        results = [distributed(batch) for _ in range(steps)]
         return results, model.edge_counts
 
     ranks = run_simulated(world_size, run, timeout=60)

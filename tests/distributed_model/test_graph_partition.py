@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.context import HaloContext
@@ -99,8 +99,8 @@ def test_view_holds_each_atom_once_and_exactly_the_neighbours() -> None:
     close = vectors.norm(dim=-1).reshape(len(atoms), len(atoms)) < width
 
     def layout(comm):
-        distributed = DistributedModel(model, DomainConfig(model.cutoff, 0.3, comm, strategy=GRAPH))
-        distributed.evaluate_replicated(batch, ("energy",))
+        distributed = ReplicatedModel(model, DomainConfig(model.cutoff, 0.3, comm, strategy=GRAPH))
+        distributed(batch, ("energy",))
         view = distributed.domain.view
         return view.global_ids, view.n_owned, view.edge_index
 

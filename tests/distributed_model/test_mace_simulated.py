@@ -10,7 +10,7 @@ pytest.importorskip("mace")
 
 import numpy as np
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import MACEWrapper
@@ -104,13 +104,13 @@ def test_after_the_checked_forward_mace_runs_without_interception(world_size, mo
 
     def rank(comm):
         config = DomainConfig(cutoff=wrapper.cutoff, skin=0.5, mesh=comm)
-        dd = DistributedModel(wrapper, config)
+        dd = ReplicatedModel(wrapper, config)
         worst, intercepted = [], []
         for positions in displaced:
             moved = atoms.copy()
             moved.positions = positions
             before = calls["n"]
-            forces = dd.evaluate_replicated(Batch.from_atoms(moved))["forces"]
+            forces = dd(Batch.from_atoms(moved))["forces"]
             intercepted.append(calls["n"] > before)
             worst.append(forces)
         return worst, intercepted

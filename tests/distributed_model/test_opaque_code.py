@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import SimpleMPNN
@@ -121,9 +121,9 @@ def _worst_force_error(model, world_size: int, strict: bool = False, steps: int 
 
     def run(comm):
         config = DomainConfig(cutoff=model.cutoff, mesh=comm, strict=strict)
-        distributed = DistributedModel(model, config)
+        distributed = ReplicatedModel(model, config)
         batch = Batch.from_atoms(atoms)
-        return [distributed.evaluate_replicated(batch, ("energy", "forces")) for _ in range(steps)]
+        return [distributed(batch, ("energy", "forces")) for _ in range(steps)]
 
     results = run_simulated(world_size, run, timeout=60)
     return max(errors(r, ref, len(atoms))["forces"] for rank in results for r in rank)
@@ -194,7 +194,7 @@ def test_compiled_run_refuses_a_scatter_that_is_not_rebound() -> None:
 
     def run(comm):
         config = DomainConfig(cutoff=model.cutoff, mesh=comm, compile=True)
-        DistributedModel(model, config).evaluate_replicated(Batch.from_atoms(atoms))
+        ReplicatedModel(model, config)(Batch.from_atoms(atoms))
 
     with pytest.raises(RuntimeError, match="rebind the result") as failure:
         run_simulated(2, run, timeout=60)

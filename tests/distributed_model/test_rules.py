@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import nvdd_plugins.distributed_model.engine as engine_module
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DistributedModel, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
@@ -113,10 +113,10 @@ def test_sentinels_in_an_unchecked_forward_name_the_rule():
 
     def run(comm):
         config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)  # skin pairs: sentinels
-        distributed = DistributedModel(model, config)
+        distributed = ReplicatedModel(model, config)
         batch = Batch.from_atoms(atoms)
         for _ in range(2):
-            distributed.evaluate_replicated(batch)
+            distributed(batch)
 
     with pytest.raises(RuntimeError, match="filter them in adapt_input"):
         run_simulated(1, run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
 from tests.helpers.systems import SYSTEMS, ShiftPairModel, lj_model, mpnn_model
@@ -61,8 +61,8 @@ def test_unsplit_wide_periodic_axes_need_no_ghosts() -> None:
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
 
     def count(comm):
-        distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
-        distributed.evaluate_replicated(Batch.from_atoms(atoms), ("energy",))
+        distributed = ReplicatedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
+        distributed(Batch.from_atoms(atoms), ("energy",))
         partitioner = distributed.domain.partitioner
         return distributed.domain.view.plan.n_ghost, partitioner.wrapped_axes.tolist()
 

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import Communicator, SimulatedMesh
 from nvdd_plugins.models import evaluate_model
 from tests.helpers.multiprocess import run_gloo
@@ -39,8 +39,8 @@ def _on_device(model_name: str, system: str, device: str, distributed: bool, com
     properties = properties_for(atoms)
     if distributed:
         mesh = comm or SimulatedMesh(1).communicator(0)
-        dd = DistributedModel(model, DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=mesh))
-        result = dd.evaluate_replicated(batch, properties)
+        dd = ReplicatedModel(model, DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=mesh))
+        result = dd(batch, properties)
     else:
         result = evaluate_model(model, batch, properties)
     return {k: v.cpu() for k, v in requested(result, properties).items()}

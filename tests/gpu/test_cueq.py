@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import Communicator, SimulatedMesh
 from nvdd_plugins.models import evaluate_model
 from nvdd_plugins.spec import SPEC_MPNN_HALO
@@ -48,7 +48,7 @@ def _errors(comm: Communicator, wrapper, system: str) -> dict[str, float]:
     ref = requested(evaluate_model(wrapper, batch, properties), properties)
     grid = (1, 1, comm.size) if system == "slab" else None
     config = DomainConfig(cutoff=wrapper.cutoff, skin=0.3, mesh=comm, grid=grid)
-    result = DistributedModel(wrapper, config).evaluate_replicated(batch, properties)
+    result = ReplicatedModel(wrapper, config)(batch, properties)
     return errors(requested(result, properties), ref, len(atoms))
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 from ase import Atoms
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
@@ -49,10 +49,8 @@ def replicated(
 ) -> dict[str, torch.Tensor]:
     """The model through DistributedModel with every rank holding the full system."""
     config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid, strategy=strategy)
-    distributed = DistributedModel(model, config)
-    result = requested(
-        distributed.evaluate_replicated(Batch.from_atoms(atoms), properties), properties
-    )
+    distributed = ReplicatedModel(model, config)
+    result = requested(distributed(Batch.from_atoms(atoms), properties), properties)
     result["n_owned"] = torch.tensor(distributed.domain.view.n_owned)
     return result
 

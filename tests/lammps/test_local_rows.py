@@ -1,4 +1,4 @@
-"""`evaluate_local_rows` (the LAMMPS layout): ghost-row forces summed into owners and the virial
+"""`GivenRowsModel` (the LAMMPS layout): ghost-row forces summed into owners and the virial
 sum(x * f) over all local rows equal the single-process forces and stress."""
 
 from __future__ import annotations
@@ -6,11 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lammps_interface.halo import evaluate_local_rows
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import HaloPlan, run_simulated, sum_ghosts_into_owners
-from nvdd_plugins.distributed_model.capacity import Capacity
-from nvdd_plugins.distributed_model.view import assemble_view
+from nvdd_plugins.distributed_model import GivenRowsModel
 from tests.helpers.oracle import FORCES_TOL, STRESS_TOL, reference
 from tests.helpers.systems import SYSTEMS, ShiftPairModel, lj_model, mpnn_model
 
@@ -33,21 +31,9 @@ def _lammps_like(comm, model, atoms):
     global_ids = built.global_ids[: built.n_local]
     plan = HaloPlan.from_global_ids(comm, global_ids[: built.n_owned], global_ids[built.n_owned :])
     pairs = built.edge_index[:, built.edge_index[0] < built.n_rows]
-    exact = Capacity(growth=1.1, exact=True)
-    view = assemble_view(
-        plan,
-        positions,
-        torch.zeros_like(positions, dtype=torch.long),
-        built.atomic_numbers[: built.n_local],
-        global_ids,
-        pairs,
-        torch.zeros(pairs.shape[1], 3, dtype=torch.long),
-        18,
-        exact.fit,
-        exact.fit,
-        6.0,
-    )
-    result = evaluate_local_rows(distributed.engine, view, positions, owned.cell, owned.pbc)
+    layout = GivenRowsModel(model, comm, padding_species=18)
+    view = layout.view(plan, positions, built.atomic_numbers[: built.n_local], global_ids, pairs)
+    result = layout(view, positions, owned.cell)
     rows_forces = result["forces"]
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
     padded = torch.cat([rows_forces, rows_forces.new_zeros(view.n_rows - view.n_local, 3)])

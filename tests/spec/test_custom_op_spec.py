@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.ops import HaloStoragePolicy, ScatterOutputs
 from nvdd_plugins.spec import DistributionSpec, MLIPSpec, OpAdapter, OutputKind
@@ -86,10 +86,8 @@ def _worst(spec: MLIPSpec, world_size: int) -> dict[str, float]:
     ref = reference(model, atoms, ("energy", "forces", "stress"))
 
     def run(comm):
-        distributed = DistributedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
-        return distributed.evaluate_replicated(
-            Batch.from_atoms(atoms), ("energy", "forces", "stress")
-        )
+        distributed = ReplicatedModel(model, DomainConfig(cutoff=model.cutoff, mesh=comm))
+        return distributed(Batch.from_atoms(atoms), ("energy", "forces", "stress"))
 
     results = run_simulated(world_size, run, timeout=60)
     worst: dict[str, float] = {}

@@ -126,7 +126,7 @@ def _replicated(
     ref = _oracle(reference, model, atoms, properties)
     run = lambda comm: replicated(comm, model, atoms, properties, case.grid, case.skin, strategy)  # noqa: E731
     results = _simulated(case, run, timeout)
-    worst = _check_ranks(results, ref, len(atoms), "evaluate_replicated")
+    worst = _check_ranks(results, ref, len(atoms), "ReplicatedModel")
     owned = [int(r["n_owned"]) for r in results]
     assert sum(owned) == len(atoms), f"owned counts {owned} do not sum to {len(atoms)}"
     return Outcome(case, "pass", deviations=worst, info={"empty_ranks": owned.count(0)})
@@ -290,13 +290,13 @@ def _gloo(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
         reports = run_gloo(case.world_size, per_rank, timeout=2 * timeout)
     except TimeoutError as err:
         raise CaseHang(str(err)) from err
-    worst = _check_ranks([r[0] for r in reports], ref, len(atoms), "gloo evaluate_replicated")
+    worst = _check_ranks([r[0] for r in reports], ref, len(atoms), "gloo ReplicatedModel")
     worst |= _check_trajectory([r[1] for r in reports], trajectory, atoms)
     return Outcome(case, "pass", deviations=worst)
 
 
 def _graph(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
-    """Graph partition: evaluate_replicated, the ASE calculator's states and (MACE aside,
+    """Graph partition: ReplicatedModel, the ASE calculator's states and (MACE aside,
     which is slow) a DomainParallel trajectory, each against the single-process run."""
     runs = [_replicated, _ase] + [_trajectory] * (case.model.kind != "mace")
     outcomes = [run(case, model, atoms, timeout, StrategyKind.GRAPH_PARTITION) for run in runs]

@@ -25,13 +25,13 @@ CI_SEEDS = (*range(1000, 1110), 2018, 2023, 2035, 2086, 114)
 """110 consecutive seeds, four that complete the coverage of every aggregation op, and one
 with a zero cell vector on an open axis under a minimum-image model."""
 GLOO_SEEDS = (3005, 3006, 3008, 3013, 3016)
-"""Real gloo processes at 2 and 3 ranks: evaluate_replicated and a 30-step DomainParallel run."""
+"""Real gloo processes at 2 and 3 ranks: ReplicatedModel and a 30-step DomainParallel run."""
 CHUNKED_SEEDS = tuple(range(4000, 4030))
 """One process, the system evaluated in 1 to 8 chunks one after another (ChunkedEvaluator)."""
 
 
 GRAPH_SEEDS = (5050, 5022, 5006, 5045, 5017, 5004, 5005, 5047, 5026)
-"""Graph partition on the simulated mesh (evaluate_replicated, ASE calculator, trajectory):
+"""Graph partition on the simulated mesh (ReplicatedModel, ASE calculator, trajectory):
 RadiusGraphMPNN at 2, 4 and 7 ranks (one with a single atom), MACE at 8, MPNNs with sum,
 unique and custom-op aggregations, LJ in a tiny cell and the shift-vector pair model."""
 

@@ -15,7 +15,13 @@ import time
 
 import torch
 
-from nvdd_plugins import Batch, DistributedManager, DistributedModel, DomainConfig, DomainParallel
+from nvdd_plugins import (
+    Batch,
+    DistributedManager,
+    DomainConfig,
+    DomainParallel,
+    ReplicatedModel,
+)
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import evaluate_model
 from tests.helpers.oracle import errors, properties_for, requested
@@ -57,7 +63,7 @@ def check_forces(manager: DistributedManager) -> None:
             batch = Batch.from_atoms(atoms, device=device)
             ref = requested(evaluate_model(model, batch, properties), properties)
             config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=manager.mesh)
-            result = DistributedModel(model, config).evaluate_replicated(batch, properties)
+            result = ReplicatedModel(model, config)(batch, properties)
             errs = errors(requested(result, properties), ref, len(atoms))
             dynamics = DomainParallel(NVE(model, 1.0), config)
             full = None

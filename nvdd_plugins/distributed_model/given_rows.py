@@ -1,0 +1,83 @@
+"""`GivenRowsModel`: the layout of a front end that hands over each rank's rows itself.
+
+LAMMPS holds, on each rank, its owned atoms and their ghosts at image positions, with global
+ids and its own pair list; nvdd builds nothing but the padded view and the ghost -> owner
+plan by ids. Per-atom results cover every local row: a ghost row's forces are owed to its
+owner, which the front end's reverse communication adds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nvdd_plugins.comm import Communicator, HaloPlan
+from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.distributed_model.capacity import Capacity
+from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.view import HaloView, assemble_view
+from nvdd_plugins.models import BaseModelMixin
+
+__all__ = ["GivenRowsModel"]
+
+
+class GivenRowsModel:
+    """Evaluate a model on rows laid out by a front end: owned rows, then ghosts at their
+    image positions (no periodic axis is wrapped: every pair is explicit).
+
+    Args:
+        model: a `BaseModelMixin` wrapper with per-atom "energies" and autograd forces.
+        comm: this rank's communicator (the front end's).
+        padding_species: atomic number of padding rows (one the model knows).
+    """
+
+    def __init__(self, model: BaseModelMixin, comm: Communicator, padding_species: int) -> None:
+        self.comm = comm
+        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm)
+        self.padding_species = int(padding_species)
+        self._capacity = Capacity(growth=1.25, exact=True)
+
+    def view(
+        self,
+        plan: HaloPlan,
+        positions: torch.Tensor,
+        numbers: torch.Tensor,
+        ids: torch.Tensor,
+        pairs: torch.Tensor,
+    ) -> HaloView:
+        """The padded view of `plan.n_local` rows (`positions`, atomic `numbers`, global
+        `ids`) and their `pairs` (2, E) of local row indices."""
+        rows = positions.shape[0]
+        return assemble_view(
+            plan,
+            positions,
+            torch.zeros(rows, 3, dtype=torch.long, device=positions.device),
+            numbers,
+            ids,
+            pairs,
+            torch.zeros(pairs.shape[1], 3, dtype=torch.long, device=pairs.device),
+            self.padding_species,
+            self._capacity.fit,
+            self._capacity.fit,
+            self.engine.config.cutoff,
+        )
+
+    def __call__(
+        self, view: HaloView, positions: torch.Tensor, cell: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """Energy and forces with every local row's position given (collective).
+
+        "forces" covers all local rows: on a ghost row, the contribution owed to its owner,
+        so the rows also give the virial as sum(x * f). Forces come from autograd of the
+        owned partial energy, so the model's energies must be differentiable.
+        """
+        if positions.shape[0] != view.n_local:
+            raise ValueError(f"expected {view.n_local} local positions, got {positions.shape[0]}")
+        leaf = positions.detach().requires_grad_(True)
+        with torch.enable_grad():
+            rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
+        pbc = _NO_PBC.to(positions.device).unsqueeze(0)
+        results = self.engine.evaluate(view, leaf, rows, cell, pbc, want_stress=False)
+        return results.for_local_rows(view)
+
+
+_NO_PBC = torch.zeros(3, dtype=torch.bool)
