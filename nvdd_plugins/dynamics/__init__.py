@@ -5,6 +5,8 @@ from __future__ import annotations
 from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
+from nvdd_plugins.dynamics.nose_hoover import NoseHoover
+from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
     DynamicsStage,
@@ -24,6 +26,10 @@ __all__ = [
     "HookFunction",
     "NVTLangevin",
     "NeighborListHook",
+    "NoseHoover",
+    "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",
+    "kinetic_partials",
+    "local_sums",
 ]
