@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
+from nvdd_plugins.dynamics.fire import FIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
@@ -16,6 +17,7 @@ from nvdd_plugins.dynamics.stages import (
 )
 
 __all__ = [
+    "FIRE",
     "NVE",
     "AttachedHook",
     "BaseDynamics",

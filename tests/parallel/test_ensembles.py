@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.dynamics import NoseHoover, local_sums
+from nvdd_plugins.dynamics import FIRE, NoseHoover, local_sums
 from tests.helpers.ensembles import (
     domain_parallel,
     max_deviation,
     same_replicated_state,
     single_process,
 )
-from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk
+from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, triclinic_bulk
 
 N_STEPS = 200
 
@@ -50,3 +51,25 @@ def test_rank_local_sums_under_dd_diverge(nose_hoover_reference) -> None:
 
     results = run_simulated(2, lambda comm: domain_parallel(comm, broken, hot_bulk, N_STEPS), 300)
     assert max_deviation(results[0], nose_hoover_reference) > 1e-3
+
+
+def fire(model):
+    return FIRE(model, fmax=1e-4, skin=MD_SKIN)
+
+
+def relax_system():
+    return Batch.from_atoms(triclinic_bulk())
+
+
+def test_fire_same_minimum_in_the_same_steps() -> None:
+    reference = single_process(fire, relax_system, 1000)
+    assert 50 < reference["steps"] < 1000, "converges, but not at once"
+    for world_size in (1, 2, 4):
+        results = run_simulated(
+            world_size, lambda comm: domain_parallel(comm, fire, relax_system, 1000), 300
+        )
+        for result in results:
+            assert result["steps"] == reference["steps"], world_size
+            assert max_deviation(result, reference) < 1e-8
+            assert result["reductions"] == reference["steps"] + 1
+        assert same_replicated_state(results)
