@@ -6,6 +6,7 @@ from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
 from nvdd_plugins.dynamics.fire import FIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
+from nvdd_plugins.dynamics.mtk import NPH, NPT
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
 from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
@@ -18,6 +19,8 @@ from nvdd_plugins.dynamics.stages import (
 
 __all__ = [
     "FIRE",
+    "NPH",
+    "NPT",
     "NVE",
     "AttachedHook",
     "BaseDynamics",

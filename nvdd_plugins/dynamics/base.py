@@ -161,9 +161,10 @@ class BaseDynamics:
             self.fire(DynamicsStage.AFTER_COMPUTE, self.evaluator.compute_view(batch))
 
     def prepare(self, batch: Batch) -> None:
-        """Check fields and compute the initial forces if the batch has none."""
+        """Check fields and compute the initial forces (and what else `compute_properties`
+        names) if the batch lacks them."""
         self.check_fields(batch)
-        if "forces" not in batch or "energy" not in batch:
+        if any(name not in batch for name in self.compute_properties):
             self.compute(batch)
 
     def step(self, batch: Batch) -> None:

@@ -71,7 +71,8 @@ class NoseHoover(BaseDynamics):
         """Chain half step, half kick, drift."""
         dt = self.dt_internal
         sums = self.kinetic.start(batch, self.reduce_sums)
-        scale = self._chain(sums["atoms"]).half_step(sums["mv2"], 0.5 * dt)
+        chain = self._chain(float(sums["atoms"]))
+        scale = chain.half_step(float(sums["mv2"]), 0.5 * dt)
         velocities = batch.velocities * scale + 0.5 * dt * _acceleration(batch)
         batch.velocities = velocities
         batch.positions = batch.positions + dt * velocities
@@ -80,12 +81,12 @@ class NoseHoover(BaseDynamics):
         """Half kick, then (one reduction) chain half step."""
         velocities = batch.velocities + 0.5 * self.dt_internal * _acceleration(batch)
         batch.velocities = velocities
-        sums = self.reduce_sums({**kinetic_partials(batch), **self.kinetic.partials()})
+        sums = self.reduce_sums(self.kinetic.partials(batch))
         self.kinetic.check(sums)
-        mv2, atoms = float(sums["mv2"]), float(sums["atoms"])
-        scale = self._chain(atoms).half_step(mv2, 0.5 * self.dt_internal)
+        chain = self._chain(float(sums["atoms"]))
+        scale = chain.half_step(float(sums["mv2"]), 0.5 * self.dt_internal)
         batch.velocities = velocities * scale
-        self.kinetic.carry(mv2 * scale * scale, atoms)
+        self.kinetic.carry(sums, scale)
 
     def forget_globals(self) -> None:
         """Reduce the kinetic energy afresh at the next step (call after changing the

@@ -37,47 +37,52 @@ def local_sums(partials: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return dict(partials)
 
 
-def kinetic_partials(batch: Batch) -> dict[str, torch.Tensor]:
-    """This batch's share of "mv2" (Σ m v², eV: twice the kinetic energy) and "atoms" (the
-    number of atoms, as a float: 3 × atoms is the thermostatted degrees of freedom)."""
-    mv2 = (batch.atomic_masses * batch.velocities.square().sum(-1)).sum()
-    return {
-        "mv2": mv2,
-        "atoms": torch.tensor(float(batch.num_nodes), dtype=mv2.dtype, device=mv2.device),
-    }
+def kinetic_partials(batch: Batch, tensor: bool = False) -> dict[str, torch.Tensor]:
+    """This batch's share of "mv2" (Σ m v², eV: twice the kinetic energy), "atoms" (the
+    number of atoms, as a float: 3 × atoms is the thermostatted degrees of freedom) and, with
+    `tensor`, "mvv" (Σ m v⊗v, eV: the kinetic part of the pressure tensor times the volume)."""
+    weighted = batch.atomic_masses.unsqueeze(-1) * batch.velocities
+    mv2 = (weighted * batch.velocities).sum()
+    atoms = torch.tensor(float(batch.num_nodes), dtype=mv2.dtype, device=mv2.device)
+    partials = {"mv2": mv2, "atoms": atoms}
+    if tensor:
+        partials["mvv"] = weighted.T @ batch.velocities
+    return partials
 
 
 class CarriedKinetic:
-    """Σ m v² carried from the end of one step to the start of the next, so a thermostat
-    reduces once per step instead of twice.
+    """Kinetic sums carried from the end of one step to the start of the next, so a
+    thermostat reduces once per step instead of twice.
 
-    `start` returns {"mv2", "atoms"} of the velocities at the start of a step, reducing only
-    on the first step or after `forget`; the end-of-step reduction must include
-    `partials()` ("mv2_start", this rank's share of what `start` returned) and go to
-    `check`: when velocities were changed between steps outside the integrator (a hook, a
-    restart) the two disagree and every rank raises instead of running on a stale value.
+    `start` returns the kinetic sums ("mv2", "atoms", with `tensor` "mvv") of the velocities
+    at the start of a step, reducing only on the first step or after `forget`; the
+    end-of-step reduction must include `partials()` ("mv2_start", this rank's share of what
+    `start` returned) and go to `check`: when velocities were changed between steps outside
+    the integrator (a hook, a restart) the two disagree and every rank raises instead of
+    running on a stale value.
     """
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, tensor: bool = False) -> None:
         self.owner = owner
-        self.sums: dict[str, float] | None = None
+        self.tensor = tensor
+        self.sums: dict[str, torch.Tensor] | None = None
         self._expected = 0.0
         self._start: torch.Tensor | None = None
 
-    def start(self, batch: Batch, reduce: SumReducer) -> dict[str, float]:
-        """{"mv2", "atoms"} of `batch`'s velocities now (global)."""
-        partials = kinetic_partials(batch)
+    def start(self, batch: Batch, reduce: SumReducer) -> dict[str, torch.Tensor]:
+        """The global kinetic sums of `batch`'s velocities now."""
+        partials = kinetic_partials(batch, self.tensor)
         self._start = partials["mv2"]
         if self.sums is None:
-            self.sums = {name: float(value) for name, value in reduce(partials).items()}
-        self._expected = self.sums["mv2"]
+            self.sums = reduce(partials)
+        self._expected = float(self.sums["mv2"])
         return dict(self.sums)
 
-    def partials(self) -> dict[str, torch.Tensor]:
-        """This rank's "mv2_start", to reduce with the end of the step."""
+    def partials(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """This rank's kinetic partials of `batch` now, and its "mv2_start"."""
         if self._start is None:
             raise RuntimeError(f"{self.owner}: start() must run before the end of a step")
-        return {"mv2_start": self._start}
+        return {**kinetic_partials(batch, self.tensor), "mv2_start": self._start}
 
     def check(self, reduced: dict[str, torch.Tensor]) -> None:
         """Raise if the reduced "mv2_start" differs from what the step started from."""
@@ -89,9 +94,12 @@ class CarriedKinetic:
                 "forget_globals() on the integrator after changing them"
             )
 
-    def carry(self, mv2: float, atoms: float) -> None:
-        """Keep the end-of-step sums for the next step's start."""
-        self.sums = {"mv2": float(mv2), "atoms": float(atoms)}
+    def carry(self, reduced: dict[str, torch.Tensor], scale: float) -> None:
+        """Keep the end-of-step sums, for velocities since scaled by `scale`."""
+        kept = ("mv2", "atoms", "mvv")
+        self.sums = {
+            k: v * scale**2 if k != "atoms" else v for k, v in reduced.items() if k in kept
+        }
 
     def forget(self) -> None:
         """Reduce afresh at the next start."""

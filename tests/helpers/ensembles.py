@@ -60,9 +60,21 @@ def max_deviation(result: dict, reference: dict) -> float:
     return max(float((result[n] - reference[n]).abs().max()) for n in names)
 
 
+def identical(a: Any, b: Any) -> bool:
+    """Bit-identical nested state (dicts, lists, tensors, numbers)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return a == b
+
+
 def same_replicated_state(results: list[dict]) -> bool:
     """Whether every rank holds bit-identical integrator state and cell."""
     first = results[0]
     return all(
-        r["state"] == first["state"] and torch.equal(r["cell"], first["cell"]) for r in results
+        identical(r["state"], first["state"]) and torch.equal(r["cell"], first["cell"])
+        for r in results
     )
