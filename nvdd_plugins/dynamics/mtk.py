@@ -24,17 +24,16 @@ from nvdd_plugins.dynamics.barostat import (
     IsotropicCell,
     barostat_chain,
 )
-from nvdd_plugins.dynamics.base import BaseDynamics
 from nvdd_plugins.dynamics.chain import NoseHooverChain
 from nvdd_plugins.dynamics.integrators import _acceleration
-from nvdd_plugins.dynamics.reduction import CarriedKinetic, kinetic_partials
+from nvdd_plugins.dynamics.kinetic import KineticDynamics
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["NPH", "NPT"]
 
 
-class NPT(BaseDynamics):
+class NPT(KineticDynamics):
     """Constant pressure and temperature: MTK barostat + Nosé–Hoover chains (ASE's
     `IsotropicMTKNPT`, or `MTKNPT` with `anisotropic=True`).
 
@@ -50,7 +49,6 @@ class NPT(BaseDynamics):
         anisotropic: all nine cell components move (else the cell scales uniformly).
     """
 
-    required_fields = ("positions", "atomic_numbers", "atomic_masses", "velocities")
     compute_properties = ("energy", "forces", "stress")
     thermostatted = True
 
@@ -70,7 +68,7 @@ class NPT(BaseDynamics):
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
-        super().__init__(model, dt, hooks, skin)
+        super().__init__(model, dt, hooks, skin, kinetic_tensor=anisotropic)
         if temperature < 0 or not pdamp > 0 or (self.thermostatted and not tdamp > 0):
             raise ValueError("need temperature >= 0 K and tdamp, pdamp > 0 fs")
         if min(tchain, pchain, tloop, ploop) < 1:
@@ -81,7 +79,6 @@ class NPT(BaseDynamics):
         self.tchain, self.pchain = int(tchain), int(pchain)
         self.tloop, self.ploop = int(tloop), int(ploop)
         self.anisotropic = bool(anisotropic)
-        self.kinetic = CarriedKinetic(type(self).__name__, tensor=self.anisotropic)
         self.barostat: CellBarostat | None = None
         self.thermostat: NoseHooverChain | None = None
         self.barostat_chain: NoseHooverChain | None = None
@@ -151,23 +148,16 @@ class NPT(BaseDynamics):
         atoms = float(self.kinetic.sums["atoms"])
         velocities = cell.kick_velocities(batch.velocities, _acceleration(batch), 0.5 * dt, atoms)
         batch.velocities = velocities
-        sums = self.reduce_sums(self.kinetic.partials(batch))
-        self.kinetic.check(sums)
+        sums = self.end_of_step_sums(batch)
         cell.kick(0.5 * dt, batch.stress[0], sums)
         scale = self._chains(dict(sums), 0.5 * dt, barostat_first=False)
         batch.velocities = velocities * scale
         self.kinetic.carry(sums, scale)
 
-    def forget_globals(self) -> None:
-        """Reduce the kinetic sums afresh at the next step (call after changing the
-        velocities between steps)."""
-        self.kinetic.forget()
-
     def conserved_energy(self, batch: Batch) -> float:
         """Potential + kinetic + chain + cell kinetic energy + P·V (eV) of the whole
         system; collective under `DomainParallel` (reduces the kinetic energy)."""
-        mv2 = float(self.reduce_sums(kinetic_partials(batch))["mv2"])
-        total = float(batch.energy.sum()) + 0.5 * mv2
+        total = float(batch.energy.sum()) + self.kinetic_energy(batch)
         volume = float(torch.linalg.det(batch.cell[0]).abs())
         if self.barostat is not None:
             total += self.barostat.energy()

@@ -8,17 +8,16 @@ from typing import Any
 import ase.units
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.base import BaseDynamics
 from nvdd_plugins.dynamics.chain import NoseHooverChain
 from nvdd_plugins.dynamics.integrators import _acceleration
-from nvdd_plugins.dynamics.reduction import CarriedKinetic, kinetic_partials
+from nvdd_plugins.dynamics.kinetic import KineticDynamics
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["NoseHoover"]
 
 
-class NoseHoover(BaseDynamics):
+class NoseHoover(KineticDynamics):
     """Constant temperature with a Nosé–Hoover chain: chain half step, velocity Verlet,
     chain half step (ASE's `NoseHooverChainNVT`, same parameters in fs instead of ASE time).
 
@@ -33,8 +32,6 @@ class NoseHoover(BaseDynamics):
         tchain: number of thermostats in the chain.
         tloop: sub-steps per chain half step.
     """
-
-    required_fields = ("positions", "atomic_numbers", "atomic_masses", "velocities")
 
     def __init__(
         self,
@@ -55,7 +52,6 @@ class NoseHoover(BaseDynamics):
         self.tchain = int(tchain)
         self.tloop = int(tloop)
         self.thermostat: NoseHooverChain | None = None
-        self.kinetic = CarriedKinetic(type(self).__name__)
 
     def _chain(self, atoms: float) -> NoseHooverChain:
         if self.thermostat is None:
@@ -81,24 +77,17 @@ class NoseHoover(BaseDynamics):
         """Half kick, then (one reduction) chain half step."""
         velocities = batch.velocities + 0.5 * self.dt_internal * _acceleration(batch)
         batch.velocities = velocities
-        sums = self.reduce_sums(self.kinetic.partials(batch))
-        self.kinetic.check(sums)
+        sums = self.end_of_step_sums(batch)
         chain = self._chain(float(sums["atoms"]))
         scale = chain.half_step(float(sums["mv2"]), 0.5 * self.dt_internal)
         batch.velocities = velocities * scale
         self.kinetic.carry(sums, scale)
 
-    def forget_globals(self) -> None:
-        """Reduce the kinetic energy afresh at the next step (call after changing the
-        velocities between steps)."""
-        self.kinetic.forget()
-
     def conserved_energy(self, batch: Batch) -> float:
         """Potential + kinetic + thermostat energy (eV) of the whole system; collective
         under `DomainParallel` (reduces the kinetic energy)."""
-        mv2 = float(self.reduce_sums(kinetic_partials(batch))["mv2"])
         chain = 0.0 if self.thermostat is None else self.thermostat.energy()
-        return float(batch.energy.sum()) + 0.5 * mv2 + chain
+        return float(batch.energy.sum()) + self.kinetic_energy(batch) + chain
 
     def state_dict(self) -> dict[str, Any]:
         """Step count, the chain variables and the atom count they were built for."""

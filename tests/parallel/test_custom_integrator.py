@@ -33,8 +33,8 @@ class LocalTemperature(_Rescaling):
     """The rule break: a temperature from this rank's atoms only."""
 
     def temperature(self, batch: Batch) -> float:
-        mv2 = (batch.atomic_masses * batch.velocities.square().sum(-1)).sum()
-        return float(mv2) / (3 * batch.num_nodes * ase.units.kB)
+        sums = kinetic_partials(batch)  # not reduced: this rank's atoms only
+        return float(sums["mv2"]) / (3 * float(sums["atoms"]) * ase.units.kB)
 
 
 class DeclaredTemperature(_Rescaling):
