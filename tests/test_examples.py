@@ -38,6 +38,25 @@ def test_distributed_nvt_under_torchrun(model: str) -> None:
     assert "done: 10 steps" in output and "T[K]" in output
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        "lj",
+        pytest.param(
+            "mace",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("mace") is None, reason="needs mace-torch"
+            ),
+        ),
+    ],
+)
+def test_distributed_npt_under_torchrun(model: str) -> None:
+    script = EXAMPLES / "distributed" / "06_mace_npt_distributed.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--anisotropic"], 240)
+    assert "done: 10 steps, 12 integrator all-reduces" in output and "P[GPa]" in output
+
+
 def test_distributed_nvt_under_mpirun() -> None:
     script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
     output = run_mpi(2, script, "--model", "lj", "--steps", "10", "--cells", "3", timeout=240)

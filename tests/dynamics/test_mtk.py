@@ -3,12 +3,15 @@ conserved energy, and a checkpoint round trip."""
 
 from __future__ import annotations
 
+import io
+
 import ase.units
+import numpy as np
 import pytest
 from ase.md.nose_hoover_chain import MTKNPT, IsotropicMTKNPT
 
 from nvdd_plugins import Batch
-from nvdd_plugins.dynamics import NPH, NPT
+from nvdd_plugins.dynamics import NPH, NPT, ThermoLogger
 from tests.helpers.ase_reference import ase_lj, deviation, warm_bulk
 from tests.helpers.systems import lj_model
 
@@ -70,3 +73,21 @@ def test_needs_a_cell_and_stress() -> None:
     atoms.pbc = False
     with pytest.raises(ValueError, match="3-D cell"):
         NPT(lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP).run(Batch.from_atoms(atoms), 1)
+
+
+def test_thermo_logger_prints_volume_and_pressure() -> None:
+    atoms = warm_bulk()
+    stream = io.StringIO()
+    dynamics = NPT(lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP)
+    dynamics.attach(ThermoLogger(frequency=5, stream=stream, cell=True))
+    batch = Batch.from_atoms(atoms)
+    dynamics.run(batch, 5)
+    header, row = stream.getvalue().splitlines()
+    assert header.split()[-2:] == ["V[A^3]", "P[GPa]"]
+    reference = ase_lj(atoms)
+    reference.set_cell(batch.cell[0].numpy())
+    reference.positions = batch.positions.numpy()
+    reference.set_velocities(batch.velocities.numpy())
+    pressure = -np.trace(reference.get_stress(voigt=False, include_ideal_gas=True)) / 3
+    assert float(row.split()[-1]) == pytest.approx(pressure / ase.units.GPa, abs=1e-4)
+    assert float(row.split()[-2]) == pytest.approx(reference.get_volume(), abs=1e-2)
