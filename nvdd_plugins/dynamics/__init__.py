@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
 from nvdd_plugins.dynamics.fire import FIRE
+from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT
@@ -35,6 +36,7 @@ __all__ = [
     "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",
+    "VariableCellFIRE",
     "kinetic_partials",
     "local_sums",
 ]

@@ -69,8 +69,10 @@ class FIRE(BaseDynamics):
         self.sums: dict[str, float] | None = None  # the last reduction
 
     def partials(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """This rank's share of v·f, v·v, f·f and of the atoms with |f| >= fmax."""
-        forces, velocities = batch.forces, batch.get(VELOCITY_FIELD)
+        """This rank's share of v·f, v·v, f·f, of the atoms with |f| >= fmax and of the atom
+        count (f: `forces_of(batch)`, v: the FIRE velocities)."""
+        forces = self.forces_of(batch)
+        velocities = batch.get(VELOCITY_FIELD)
         if velocities is None:
             velocities = torch.zeros_like(forces)
         above = torch.linalg.vector_norm(forces, dim=-1) >= self.fmax
@@ -79,60 +81,74 @@ class FIRE(BaseDynamics):
             "vv": velocities.square().sum(),
             "ff": forces.square().sum(),
             "unconverged": above.sum().to(forces.dtype),
+            "atoms": torch.tensor(float(batch.num_nodes), dtype=forces.dtype, device=forces.device),
         }
 
+    def forces_of(self, batch: Batch) -> torch.Tensor:
+        """The forces FIRE follows for the batch's atoms (the atomic forces)."""
+        return batch.forces
+
+    def replicated_sums(self, batch: Batch, atoms: float) -> dict[str, float]:
+        """Replicated degrees of freedom's share of the sums (none here), added once to
+        the reduced ones."""
+        return {}
+
     def _reduce(self, batch: Batch) -> dict[str, float]:
-        self.sums = {k: float(v) for k, v in self.reduce_sums(self.partials(batch)).items()}
-        return self.sums
+        sums = {k: float(v) for k, v in self.reduce_sums(self.partials(batch)).items()}
+        for name, value in self.replicated_sums(batch, sums["atoms"]).items():
+            sums[name] += value
+        self.sums = sums
+        return sums
 
     def pre_update(self, batch: Batch) -> None:
         """Mix the velocities towards the forces (or stop), kick, and move (capped)."""
         sums = self.sums or self._reduce(batch)
-        if self.started:
-            velocities, speed2 = self._mix(batch, sums)
-        else:  # ASE's first step: v = 0, no mixing, the step is kept
-            self.started = True
-            velocities = self.dt * ase.units.fs * batch.forces
-            speed2 = (self.dt * ase.units.fs) ** 2 * sums["ff"]
+        keep, push = self._mixing(sums)
+        # |keep v + push f|² from the sums (no cancellation: keep > 0 only when v·f > 0)
+        speed2 = keep * keep * sums["vv"] + 2 * keep * push * sums["vf"] + push * push * sums["ff"]
+        velocities = batch.get(VELOCITY_FIELD)
+        forces = self.forces_of(batch)
+        velocities = push * forces if velocities is None else keep * velocities + push * forces
         if VELOCITY_FIELD in batch:
             batch.fire_velocities = velocities
         else:
             batch.add_node_property(VELOCITY_FIELD, velocities)
         dt = self.dt * ase.units.fs
         length = dt * math.sqrt(speed2)
-        step = dt * velocities
-        if length > self.maxstep:
-            step = step * (self.maxstep / length)
-        batch.positions = batch.positions + step
+        factor = dt * (self.maxstep / length if length > self.maxstep else 1.0)
+        self.move(batch, factor, keep, push)
 
-    def _mix(self, batch: Batch, sums: dict[str, float]) -> tuple[torch.Tensor, float]:
-        """ASE's velocity update; returns v + Δt f and its squared norm (from the sums)."""
-        forces, velocities = batch.forces, batch.get(VELOCITY_FIELD)
+    def _mixing(self, sums: dict[str, float]) -> tuple[float, float]:
+        """ASE's velocity update v ← keep·v + push·f (and its step and mixing updates)."""
+        if not self.started:  # ASE's first step: v = 0, no mixing, the step is kept
+            self.started = True
+            return 0.0, self.dt * ase.units.fs
         vf, vv, ff = sums["vf"], sums["vv"], sums["ff"]
         if vf > 0.0:
-            c = self.a * math.sqrt(vv) / math.sqrt(ff)
-            mixed_a = 1.0 - self.a
+            keep, toward_force = 1.0 - self.a, self.a * math.sqrt(vv) / math.sqrt(ff)
             if self.n_positive > self.n_min:
                 self.dt = min(self.dt * self.finc, self.dtmax)
                 self.a *= self.fa
             self.n_positive += 1
         else:
-            c, mixed_a = 0.0, 0.0
+            keep, toward_force = 0.0, 0.0
             self.a = self.astart
             self.dt *= self.fdec
             self.n_positive = 0
-        dt = self.dt * ase.units.fs
-        # v' = mixed_a v + c f, then v' + dt f; |.|^2 expanded (no cancellation: vf > 0)
-        g = c + dt
-        speed2 = mixed_a * mixed_a * vv + 2.0 * mixed_a * g * vf + g * g * ff
-        return mixed_a * velocities + g * forces, speed2
+        return keep, toward_force + self.dt * ase.units.fs
+
+    def move(self, batch: Batch, factor: float, keep: float, push: float) -> None:
+        """Displace the atoms by `factor` × their FIRE velocities (`keep`, `push`: this
+        step's velocity update, for replicated degrees of freedom)."""
+        batch.positions = batch.positions + factor * batch.fire_velocities
 
     def post_update(self, batch: Batch) -> None:
         """Reduce the next step's sums (and the convergence count) at the new forces."""
         self._reduce(batch)
 
     def is_converged(self, batch: Batch) -> bool:
-        """Whether every atom of the system has |f| < fmax (from the last reduction)."""
+        """Whether every atom of the system (and replicated degree of freedom) has
+        |f| < fmax (from the last reduction)."""
         return self.sums is not None and self.sums["unconverged"] == 0.0
 
     def state_dict(self) -> dict[str, Any]:

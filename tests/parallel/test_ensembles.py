@@ -8,7 +8,7 @@ import pytest
 
 from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.dynamics import FIRE, NPH, NPT, NoseHoover, local_sums
+from nvdd_plugins.dynamics import FIRE, NPH, NPT, NoseHoover, VariableCellFIRE, local_sums
 from tests.helpers.ensembles import (
     domain_parallel,
     max_deviation,
@@ -70,20 +70,26 @@ def test_rank_local_sums_under_dd_diverge() -> None:
     assert max_deviation(results[0], reference("nose_hoover")) > 1e-3
 
 
-def fire(model):
-    return FIRE(model, fmax=1e-4, skin=MD_SKIN)
+OPTIMIZERS = {
+    "fire": lambda m: FIRE(m, fmax=1e-4, skin=MD_SKIN),
+    "variable_cell": lambda m: VariableCellFIRE(
+        m, fmax=1e-3, pressure=0.05 * ase.units.GPa, skin=MD_SKIN
+    ),
+}
 
 
 def relax_system():
     return Batch.from_atoms(triclinic_bulk())
 
 
-def test_fire_same_minimum_in_the_same_steps() -> None:
-    reference = single_process(fire, relax_system, 1000)
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_fire_same_minimum_in_the_same_steps(name: str) -> None:
+    factory = OPTIMIZERS[name]
+    reference = single_process(factory, relax_system, 1000)
     assert 50 < reference["steps"] < 1000, "converges, but not at once"
     for world_size in (1, 2, 4):
         results = run_simulated(
-            world_size, lambda comm: domain_parallel(comm, fire, relax_system, 1000), 300
+            world_size, lambda comm: domain_parallel(comm, factory, relax_system, 1000), 300
         )
         for result in results:
             assert result["steps"] == reference["steps"], world_size
