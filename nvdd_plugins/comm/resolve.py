@@ -51,6 +51,14 @@ def resolve_communicator(mesh: Any) -> Communicator:
 def _resolved(mesh: Any) -> Communicator:
     if isinstance(mesh, Communicator):
         return mesh
+    if getattr(mesh, "ndim", 1) != 1:
+        names = getattr(mesh, "mesh_dim_names", None)
+        raise ValueError(
+            f"a {mesh.ndim}-D mesh (dimensions {names}) was passed where one "
+            "domain-decomposition group is expected: pass its 1-D sub-mesh (e.g. "
+            "mesh['domain'] of a DeviceMesh), or run stages over a (pipeline, domain) mesh "
+            "with nvdd_plugins.parallel.DomainPipeline"
+        )
     if mesh is None:
         if _DEFAULT is not None:
             return _DEFAULT

@@ -231,7 +231,7 @@ class DomainParallel:
         start = time.perf_counter()
         for _ in range(steps):
             self.step(batch)
-            if self._converged(batch):
+            if self.converged(batch):
                 self._fire(DynamicsStage.ON_CONVERGE, batch)
                 break
         try:
@@ -248,7 +248,10 @@ class DomainParallel:
         )
         return batch
 
-    def _converged(self, batch: Batch) -> bool:
+    def converged(self, batch: Batch | None = None) -> bool:
+        """Whether the inner optimizer has converged, decided mesh-wide (collective; an
+        integrator never converges)."""
+        batch = self._owned(batch)
         if type(self.dynamics).is_converged is BaseDynamics.is_converged:
             return False
         if self.dynamics.global_convergence:
