@@ -57,6 +57,14 @@ def test_distributed_npt_under_torchrun(model: str) -> None:
     assert "done: 10 steps, 12 integrator all-reduces" in output and "P[GPa]" in output
 
 
+def test_fire_nvt_pipeline_under_torchrun() -> None:
+    script = EXAMPLES / "distributed" / "07_fire_nvt_dd.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--systems", "2", "--steps", "20"], 240)
+    assert "FIRE steps" in output and "done: 2 systems relaxed and run" in output
+    assert "one-rank mesh" not in output
+
+
 def test_distributed_nvt_under_mpirun() -> None:
     script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
     output = run_mpi(2, script, "--model", "lj", "--steps", "10", "--cells", "3", timeout=240)

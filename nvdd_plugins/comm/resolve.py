@@ -31,12 +31,13 @@ def resolve_communicator(mesh: Any) -> Communicator:
 
     Accepts a `Communicator`, an mpi4py communicator, a torch process group or DeviceMesh,
     or None: the registered default, else the torch.distributed world when initialised,
-    else a single local rank. A one-rank result inside a multi-process launch is logged
-    as a warning: every process would then compute the whole system on its own.
+    else a single local rank. A one-rank result for None inside a multi-process launch is
+    logged as a warning: every process would then compute the whole system on its own (a
+    one-rank group passed explicitly, e.g. a pipeline stage of one rank, is deliberate).
     """
     comm = _resolved(mesh)
     launch = detect_launch()
-    if comm.size == 1 and launch.world_size > 1:
+    if mesh is None and comm.size == 1 and launch.world_size > 1:
         logger.warning(
             "process %d of %d (%s) decomposes over a one-rank mesh, so every process computes "
             "the whole system alone: call DistributedManager.initialize() first, or pass "

@@ -157,7 +157,8 @@ class DomainPipeline:
         logger.info("stage %d: %d steps", self.mesh.stage, dynamics.step_count)
         if not self.is_stage_root:
             return None
-        for name in dynamics.compute_properties:  # the next stage evaluates its own model
-            if name in gathered:
-                gathered.pop(name)
+        if self.mesh.stage < len(self.stages) - 1:
+            for name in dynamics.compute_properties:  # the next stage evaluates its model
+                if name in gathered:
+                    gathered.pop(name)
         return gathered.to("cpu")
