@@ -6,16 +6,17 @@ from __future__ import annotations
 import ase.units
 import pytest
 
-from nvdd_plugins import Batch
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import FIRE, NPH, NPT, NoseHoover, VariableCellFIRE, local_sums
 from tests.helpers.ensembles import (
     domain_parallel,
+    final_state,
     max_deviation,
     same_replicated_state,
     single_process,
 )
-from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, triclinic_bulk
+from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, triclinic_bulk
 
 N_STEPS = 200
 PRESSURE = 0.1 * ase.units.GPa
@@ -96,3 +97,35 @@ def test_fire_same_minimum_in_the_same_steps(name: str) -> None:
             assert max_deviation(result, reference) < 1e-8
             assert result["reductions"] == reference["steps"] + 1
         assert same_replicated_state(results)
+
+
+def test_npt_checkpoint_restarts_at_another_rank_count(tmp_path) -> None:
+    """Saved at 2 ranks after 100 steps, resumed at 3: the cell variables, chains and carried
+    sums come back (the kinetic sums are reduced afresh) and the run ends where the
+    uninterrupted single-process one does."""
+    path = tmp_path / "npt.pt"
+    factory = ENSEMBLES["npt_anisotropic"]
+
+    def first(comm):
+        model = lj_model()
+        config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=comm)
+        with DomainParallel(factory(model), config, N_STEPS // 2) as dd:
+            dd.partition(hot_bulk() if comm.rank == 0 else None)
+            dd.run()
+            dd.save_checkpoint(path)
+
+    def second(comm):
+        model = lj_model()
+        dynamics = factory(model)
+        config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=comm)
+        with DomainParallel(dynamics, config, N_STEPS // 2) as dd:
+            dd.restore_checkpoint(path)
+            dd.run()
+            return final_state(dd.gather(dd.batch), dynamics)
+
+    run_simulated(2, first, 300)
+    results = run_simulated(3, second, 300)
+    for result in results:
+        assert result["steps"] == N_STEPS
+        assert max_deviation(result, reference("npt_anisotropic")) < 1e-8
+    assert same_replicated_state(results)
