@@ -11,6 +11,13 @@ from tests.helpers.multiprocess import REPO, run_command, run_mpi
 
 pytestmark = pytest.mark.multiprocess
 EXAMPLES = REPO / "examples"
+MODELS = [
+    "lj",
+    pytest.param(
+        "mace",
+        marks=pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace"),
+    ),
+]
 
 
 def _ok(command: list[str], timeout: float) -> str:
@@ -19,18 +26,7 @@ def _ok(command: list[str], timeout: float) -> str:
     return output
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        "lj",
-        pytest.param(
-            "mace",
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("mace") is None, reason="needs mace-torch"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("model", MODELS)
 def test_distributed_nvt_under_torchrun(model: str) -> None:
     script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
@@ -38,18 +34,7 @@ def test_distributed_nvt_under_torchrun(model: str) -> None:
     assert "done: 10 steps" in output and "T[K]" in output
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        "lj",
-        pytest.param(
-            "mace",
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("mace") is None, reason="needs mace-torch"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("model", MODELS)
 def test_distributed_npt_under_torchrun(model: str) -> None:
     script = EXAMPLES / "distributed" / "06_mace_npt_distributed.py"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
