@@ -11,6 +11,13 @@ from tests.helpers.multiprocess import REPO, run_command, run_mpi
 
 pytestmark = pytest.mark.multiprocess
 EXAMPLES = REPO / "examples"
+MODELS = [
+    "lj",
+    pytest.param(
+        "mace",
+        marks=pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace"),
+    ),
+]
 
 
 def _ok(command: list[str], timeout: float) -> str:
@@ -19,23 +26,28 @@ def _ok(command: list[str], timeout: float) -> str:
     return output
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        "lj",
-        pytest.param(
-            "mace",
-            marks=pytest.mark.skipif(
-                importlib.util.find_spec("mace") is None, reason="needs mace-torch"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("model", MODELS)
 def test_distributed_nvt_under_torchrun(model: str) -> None:
     script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
     output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--cells", "3"], 240)
     assert "done: 10 steps" in output and "T[K]" in output
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_distributed_npt_under_torchrun(model: str) -> None:
+    script = EXAMPLES / "distributed" / "06_mace_npt_distributed.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--anisotropic"], 240)
+    assert "done: 10 steps, 12 integrator all-reduces" in output and "P[GPa]" in output
+
+
+def test_fire_nvt_pipeline_under_torchrun() -> None:
+    script = EXAMPLES / "distributed" / "07_fire_nvt_dd.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--systems", "2", "--steps", "20"], 240)
+    assert "FIRE steps" in output and "done: 2 systems relaxed and run" in output
+    assert "one-rank mesh" not in output
 
 
 def test_distributed_nvt_under_mpirun() -> None:

@@ -31,12 +31,13 @@ def resolve_communicator(mesh: Any) -> Communicator:
 
     Accepts a `Communicator`, an mpi4py communicator, a torch process group or DeviceMesh,
     or None: the registered default, else the torch.distributed world when initialised,
-    else a single local rank. A one-rank result inside a multi-process launch is logged
-    as a warning: every process would then compute the whole system on its own.
+    else a single local rank. A one-rank result for None inside a multi-process launch is
+    logged as a warning: every process would then compute the whole system on its own (a
+    one-rank group passed explicitly, e.g. a pipeline stage of one rank, is deliberate).
     """
     comm = _resolved(mesh)
     launch = detect_launch()
-    if comm.size == 1 and launch.world_size > 1:
+    if mesh is None and comm.size == 1 and launch.world_size > 1:
         logger.warning(
             "process %d of %d (%s) decomposes over a one-rank mesh, so every process computes "
             "the whole system alone: call DistributedManager.initialize() first, or pass "
@@ -51,6 +52,14 @@ def resolve_communicator(mesh: Any) -> Communicator:
 def _resolved(mesh: Any) -> Communicator:
     if isinstance(mesh, Communicator):
         return mesh
+    if getattr(mesh, "ndim", 1) != 1:
+        names = getattr(mesh, "mesh_dim_names", None)
+        raise ValueError(
+            f"a {mesh.ndim}-D mesh (dimensions {names}) was passed where one "
+            "domain-decomposition group is expected: pass its 1-D sub-mesh (e.g. "
+            "mesh['domain'] of a DeviceMesh), or run stages over a (pipeline, domain) mesh "
+            "with nvdd_plugins.parallel.DomainPipeline"
+        )
     if mesh is None:
         if _DEFAULT is not None:
             return _DEFAULT

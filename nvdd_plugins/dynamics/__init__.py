@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
+from nvdd_plugins.dynamics.fire import FIRE
+from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
+from nvdd_plugins.dynamics.mtk import NPH, NPT
+from nvdd_plugins.dynamics.nose_hoover import NoseHoover
+from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
     DynamicsStage,
@@ -14,6 +19,9 @@ from nvdd_plugins.dynamics.stages import (
 )
 
 __all__ = [
+    "FIRE",
+    "NPH",
+    "NPT",
     "NVE",
     "AttachedHook",
     "BaseDynamics",
@@ -24,6 +32,11 @@ __all__ = [
     "HookFunction",
     "NVTLangevin",
     "NeighborListHook",
+    "NoseHoover",
+    "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",
+    "VariableCellFIRE",
+    "kinetic_partials",
+    "local_sums",
 ]

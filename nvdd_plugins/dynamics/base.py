@@ -15,6 +15,7 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.dynamics.reduction import SumReducer, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
     DynamicsStage,
@@ -46,7 +47,10 @@ class BaseDynamics:
 
     Subclasses implement `pre_update` (before the force call) and `post_update` (after it);
     both must be per-atom so they stay exact when the batch holds only part of a system. The
-    model is evaluated through `self.evaluator`, an `Evaluator` that may be replaced.
+    model is evaluated through `self.evaluator`, an `Evaluator` that may be replaced. A
+    global quantity is declared as named partial sums over the batch's atoms and reduced by
+    `reduce_sums` (through `self.reducer`, a `SumReducer` that may be replaced), so it is
+    the same on every rank.
 
     Args:
         model: the model wrapper.
@@ -57,6 +61,9 @@ class BaseDynamics:
 
     required_fields: tuple[str, ...] = ("positions", "atomic_numbers")
     compute_properties: tuple[str, ...] = ("energy", "forces")
+    # True when `is_converged` reads only reduced quantities (identical on every rank), so a
+    # driver need not reduce the decision again
+    global_convergence: bool = False
 
     def __init__(
         self,
@@ -70,6 +77,7 @@ class BaseDynamics:
         self.model = model
         self.dt = float(dt)
         self.evaluator: Evaluator = ModelEvaluator(model, skin)
+        self.reducer: SumReducer = local_sums
         self.step_count = 0
         self.results: dict[str, torch.Tensor] = {}
         self._hooks: list[AttachedHook] = []
@@ -87,6 +95,12 @@ class BaseDynamics:
 
     def post_update(self, batch: Batch) -> None:
         """Per-atom update after the force call (e.g. second half kick)."""
+
+    def reduce_sums(self, partials: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The global sums of named per-rank partial sums (see `nvdd_plugins.dynamics.
+        reduction`): the partials themselves in one process, one all-reduce under
+        `DomainParallel`. Every rank must call it at the same point with the same names."""
+        return self.reducer(partials)
 
     def is_converged(self, batch: Batch) -> bool:
         """Whether an optimizer has converged (integrators never do)."""
@@ -147,9 +161,10 @@ class BaseDynamics:
             self.fire(DynamicsStage.AFTER_COMPUTE, self.evaluator.compute_view(batch))
 
     def prepare(self, batch: Batch) -> None:
-        """Check fields and compute the initial forces if the batch has none."""
+        """Check fields and compute the initial forces (and what else `compute_properties`
+        names) if the batch lacks them."""
         self.check_fields(batch)
-        if "forces" not in batch or "energy" not in batch:
+        if any(name not in batch for name in self.compute_properties):
             self.compute(batch)
 
     def step(self, batch: Batch) -> None:

@@ -43,13 +43,17 @@ class NeighborListHook:
 
 class ThermoLogger:
     """Print step, time (fs), potential/kinetic/total energy (eV) and temperature (K) of the
-    batch it is given (the whole system)."""
+    batch it is given (the whole system); with `cell`, also the volume (Å³) and the pressure
+    (GPa, ideal-gas part included; needs the model's stress)."""
 
     stage = DynamicsStage.AFTER_STEP
 
-    def __init__(self, frequency: int = 10, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, frequency: int = 10, stream: TextIO | None = None, cell: bool = False
+    ) -> None:
         self.frequency = int(frequency)
         self.stream = stream
+        self.cell = bool(cell)
         self._header_done = False
 
     def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
@@ -57,18 +61,25 @@ class ThermoLogger:
         stream = self.stream or sys.stdout
         batch = ctx.batch
         if not self._header_done:
+            extra = f" {'V[A^3]':>11} {'P[GPa]':>9}" if self.cell else ""
             print(
                 f"{'step':>8} {'time[fs]':>10} {'Epot[eV]':>14} {'Ekin[eV]':>12} "
-                f"{'Etot[eV]':>14} {'T[K]':>9}",
+                f"{'Etot[eV]':>14} {'T[K]':>9}{extra}",
                 file=stream,
             )
             self._header_done = True
         kinetic = float(0.5 * (batch.atomic_masses * (batch.velocities**2).sum(-1)).sum())
         potential = float(batch.energy.sum())
         time_fs = ctx.step * ctx.dynamics.dt
+        extra = ""
+        if self.cell:
+            volume = float(batch.cell[0].det().abs())
+            virial = -float(batch.stress[0].trace()) / 3
+            pressure = (virial + 2 * kinetic / (3 * volume)) / ase.units.GPa
+            extra = f" {volume:11.2f} {pressure:9.4f}"
         print(
             f"{ctx.step:8d} {time_fs:10.2f} {potential:14.6f} {kinetic:12.6f} "
-            f"{potential + kinetic:14.6f} {temperature(kinetic, batch.num_nodes):9.2f}",
+            f"{potential + kinetic:14.6f} {temperature(kinetic, batch.num_nodes):9.2f}{extra}",
             file=stream,
             flush=True,
         )

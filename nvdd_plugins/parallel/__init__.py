@@ -4,5 +4,13 @@ from __future__ import annotations
 
 from nvdd_plugins.parallel.domain_parallel import DomainParallel, HookScope
 from nvdd_plugins.parallel.manager import DistributedManager
+from nvdd_plugins.parallel.pipeline import DomainPipeline, PipelineMesh, Stage
 
-__all__ = ["DistributedManager", "DomainParallel", "HookScope"]
+__all__ = [
+    "DistributedManager",
+    "DomainParallel",
+    "DomainPipeline",
+    "HookScope",
+    "PipelineMesh",
+    "Stage",
+]

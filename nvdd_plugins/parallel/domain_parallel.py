@@ -29,6 +29,7 @@ from nvdd_plugins.parallel.checkpoint import (
     restore_domain_checkpoint,
     save_domain_checkpoint,
 )
+from nvdd_plugins.parallel.mesh_sums import MeshSums
 
 __all__ = ["DomainParallel", "HookScope"]
 
@@ -56,7 +57,9 @@ class DomainParallel:
     """Run `dynamics` domain-decomposed: each rank integrates its own atoms.
 
     The inner integrator is unchanged: its evaluator becomes a `DistributedModel`, so its
-    compute-stage hooks see the rank's padded compute view. Outer hooks (see `attach`) run
+    compute-stage hooks see the rank's padded compute view, and its reducer becomes a
+    `MeshSums`, so the global quantities it declares (`BaseDynamics.reduce_sums`) are summed
+    over the mesh with one all-reduce per call. Outer hooks (see `attach`) run
     at BEFORE_STEP / AFTER_STEP / ON_CONVERGE with a `HookScope`.
 
     Args:
@@ -79,6 +82,8 @@ class DomainParallel:
         self.model = DistributedModel(dynamics.model, config)
         self.comm: Communicator = self.model.comm
         dynamics.evaluator = self.model
+        self.sums = MeshSums(self.comm)
+        dynamics.reducer = self.sums
         self.batch: Batch | None = None
         self._hooks: list[tuple[AttachedHook, HookScope]] = []
         for hook in hooks:
@@ -226,7 +231,7 @@ class DomainParallel:
         start = time.perf_counter()
         for _ in range(steps):
             self.step(batch)
-            if self._converged(batch):
+            if self.converged(batch):
                 self._fire(DynamicsStage.ON_CONVERGE, batch)
                 break
         try:
@@ -243,9 +248,14 @@ class DomainParallel:
         )
         return batch
 
-    def _converged(self, batch: Batch) -> bool:
+    def converged(self, batch: Batch | None = None) -> bool:
+        """Whether the inner optimizer has converged, decided mesh-wide (collective; an
+        integrator never converges)."""
+        batch = self._owned(batch)
         if type(self.dynamics).is_converged is BaseDynamics.is_converged:
             return False
+        if self.dynamics.global_convergence:
+            return self.dynamics.is_converged(batch)
         local = torch.tensor([0.0 if self.dynamics.is_converged(batch) else 1.0])
         return bool(self.comm.all_reduce(local, "max")[0] == 0.0)
 
