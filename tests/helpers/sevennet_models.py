@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 from ase import Atoms
 from torch import nn
@@ -10,15 +9,6 @@ from torch import nn
 from nvdd_plugins.models.sevennet import random_sevennet
 
 SPECIES = (18, 29)
-
-
-def require_sevenn() -> None:
-    """Skip the calling test module unless sevenn imports (it refuses e3nn < 0.5, which
-    mace-torch pins: `make install-sevenn` builds the environment that has both)."""
-    try:
-        import sevenn  # noqa: F401
-    except (ImportError, ValueError) as error:
-        pytest.skip(f"needs sevenn: {error}", allow_module_level=True)
 
 
 def tiny_sevennet(seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
