@@ -45,6 +45,22 @@ def test_sevennet_matches_sevenn(system: str, world_size: int, wrapper) -> None:
         assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}")
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("system", ["bulk", "cluster"])
+def test_sevennet_under_graph_partition_matches_sevenn(
+    system: str, world_size: int, wrapper
+) -> None:
+    atoms = with_two_species(SYSTEMS[system]())
+    ref = _reference(system)
+    strategy = StrategyKind.GRAPH_PARTITION
+    results = run_simulated(
+        world_size,
+        lambda comm: replicated(comm, wrapper, atoms, properties_for(atoms), strategy=strategy),
+    )
+    for rank, result in enumerate(results):
+        assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}/graph")
+
+
 class _WrongReceiverRow(SevenNetWrapper):
     """Claims that messages go onto `edge_index[1]` (sevenn writes onto `edge_index[0]`)."""
 
