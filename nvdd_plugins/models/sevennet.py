@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -24,7 +25,6 @@ from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
-    DistributionSpec,
     MLIPSpec,
     PythonAdapter,
     for_strategy,
@@ -147,21 +147,16 @@ def sevennet_spec(n_layers: int | None = None) -> MLIPSpec:
     """`SPEC_MPNN_HALO` with sevenn's convolution aggregation marked (so eager forwards run
     without op interception) and messages written onto `edge_index[0]` only (so edges into
     ghost rows are dropped); `n_layers`: the model's convolutions."""
-    return MLIPSpec(
-        distribution=DistributionSpec(
-            policy=SPEC_MPNN_HALO.distribution.policy,
-            third_party_helpers=(
-                PythonAdapter(
-                    target="sevenn.nn.convolution:message_gather",
-                    replacement=marked_message_gather,
-                ),
-            ),
-            aggregations_marked=True,
-            edge_target_row=0,  # sevenn: edge_dst, edge_src = edge_index
-        ),
-        output_kinds=SPEC_MPNN_HALO.output_kinds,
-        n_layers=n_layers,
+    marked = PythonAdapter(
+        target="sevenn.nn.convolution:message_gather", replacement=marked_message_gather
     )
+    distribution = replace(
+        SPEC_MPNN_HALO.distribution,
+        third_party_helpers=(marked,),
+        aggregations_marked=True,
+        edge_target_row=0,  # sevenn: edge_dst, edge_src = edge_index
+    )
+    return replace(SPEC_MPNN_HALO, distribution=distribution, n_layers=n_layers)
 
 
 def random_sevennet(

@@ -9,14 +9,15 @@ import pytest
 
 pytest.importorskip("sevenn")
 
+from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import SevenNetWrapper
 from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.mace_models import with_two_species
-from tests.helpers.oracle import assert_close, errors, properties_for, replicated
+from tests.helpers.oracle import assert_every_rank_close, properties_for, replicated
 from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
-from tests.helpers.systems import SYSTEMS
+from tests.helpers.systems import MD_SKIN, SYSTEMS, hot_bulk, md_integrator
 
 pytestmark = pytest.mark.sevenn
 
@@ -35,14 +36,8 @@ def _reference(system: str) -> dict:
 @pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
 def test_sevennet_matches_sevenn(system: str, world_size: int, wrapper) -> None:
     atoms = with_two_species(SYSTEMS[system]())
-    ref = _reference(system)
-    properties = properties_for(atoms)
     grid = (1, 1, world_size) if system == "slab" else None
-    results = run_simulated(
-        world_size, lambda comm: replicated(comm, wrapper, atoms, properties, grid=grid)
-    )
-    for rank, result in enumerate(results):
-        assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}")
+    assert_every_rank_close(world_size, wrapper, atoms, _reference(system), system, grid=grid)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
@@ -51,14 +46,28 @@ def test_sevennet_under_graph_partition_matches_sevenn(
     system: str, world_size: int, wrapper
 ) -> None:
     atoms = with_two_species(SYSTEMS[system]())
-    ref = _reference(system)
-    strategy = StrategyKind.GRAPH_PARTITION
-    results = run_simulated(
-        world_size,
-        lambda comm: replicated(comm, wrapper, atoms, properties_for(atoms), strategy=strategy),
-    )
-    for rank, result in enumerate(results):
-        assert_close(errors(result, ref, len(atoms)), f"{system}/rank{rank}/graph")
+    graph = StrategyKind.GRAPH_PARTITION
+    assert_every_rank_close(world_size, wrapper, atoms, _reference(system), system, strategy=graph)
+
+
+def test_sevennet_trajectory_matches_one_process(wrapper) -> None:
+    """100 NVE steps of hot Ar (atoms migrate; Verlet pairs pruned to the cutoff each step) on
+    2 ranks: positions on the single-process trajectory."""
+    full = hot_bulk()
+    dynamics, batch = md_integrator("nve", wrapper), full.copy()
+    for _ in range(100):
+        dynamics.step(batch)
+
+    def per_rank(comm):
+        config = DomainConfig(wrapper.cutoff, MD_SKIN, comm)
+        with DomainParallel(md_integrator("nve", wrapper), config, 100) as dd:
+            dd.partition(full.copy() if comm.rank == 0 else None)
+            dd.run()
+            return dd.gather(dd.batch).positions.detach(), dd.model.domain.rebuilds
+
+    for positions, rebuilds in run_simulated(2, per_rank):
+        assert float((positions - batch.positions).abs().max()) < 1e-8
+        assert rebuilds > 1
 
 
 class _WrongReceiverRow(SevenNetWrapper):
