@@ -9,7 +9,7 @@ VENV_SEVENN ?= $(VENV)-sevenn
 PY_SEVENN := $(VENV_SEVENN)/bin/python
 STAMP_SEVENN := $(VENV_SEVENN)/.nvdd-installed
 SEVENN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevennet_simulated.py \
-	tests/test_examples.py::test_sevennet_example
+	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
