@@ -85,3 +85,12 @@ def test_ase_examples_under_mpirun(tmp_path) -> None:
     assert output.count("wrote") == 1 and trajectory.exists()
     output = run_mpi(2, EXAMPLES / "ase" / "relax.py", "--fmax", "0.01")
     assert output.count("FIRE converged") == 1
+
+
+@pytest.mark.sevenn
+@pytest.mark.skipif(importlib.util.find_spec("sevenn") is None, reason="needs sevenn")
+def test_sevennet_example() -> None:
+    script = EXAMPLES / "models" / "sevennet_dd.py"
+    output = _ok([sys.executable, str(script), "--ranks", "2", "--cells", "2"], 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    assert "2 interaction layers" in output and error < 1e-8

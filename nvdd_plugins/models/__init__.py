@@ -22,6 +22,7 @@ from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
+from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 
 __all__ = [
     "SPEC_LJ_HALO",
@@ -36,10 +37,12 @@ __all__ = [
     "NeighborConfig",
     "NeighborListFormat",
     "RadiusGraphMPNN",
+    "SevenNetWrapper",
     "SimpleMPNN",
     "apply_strain",
     "energy_derivatives",
     "evaluate_model",
     "new_strain",
     "random_mace",
+    "random_sevennet",
 ]

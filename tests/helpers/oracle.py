@@ -8,7 +8,7 @@ import torch
 from ase import Atoms
 
 from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
-from nvdd_plugins.comm import Communicator
+from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
 
@@ -47,7 +47,7 @@ def replicated(
     skin: float = 0.3,
     strategy: StrategyKind = StrategyKind.HALO,
 ) -> dict[str, torch.Tensor]:
-    """The model through DistributedModel with every rank holding the full system."""
+    """The model through ReplicatedModel (every rank holding the full system)."""
     config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid, strategy=strategy)
     distributed = ReplicatedModel(model, config)
     result = requested(distributed(Batch.from_atoms(atoms), properties), properties)
@@ -76,3 +76,21 @@ def assert_close(errs: dict[str, float], label: str = "") -> None:
     assert errs["forces"] < FORCES_TOL, (label, errs)
     if "stress" in errs:
         assert errs["stress"] < STRESS_TOL, (label, errs)
+
+
+def assert_every_rank_close(
+    world_size: int,
+    model: BaseModelMixin,
+    atoms: Atoms,
+    ref: dict[str, torch.Tensor],
+    label: str = "",
+    **options,
+) -> None:
+    """`replicated` on `world_size` simulated ranks (`options`: its grid, skin, strategy),
+    every rank's results within the float64 tolerances of `ref`."""
+    properties = properties_for(atoms)
+    results = run_simulated(
+        world_size, lambda comm: replicated(comm, model, atoms, properties, **options)
+    )
+    for rank, result in enumerate(results):
+        assert_close(errors(result, ref, len(atoms)), f"{label}/rank{rank}")

@@ -14,7 +14,7 @@ import numpy as np
 from ase import Atoms
 from ase.md.velocitydistribution import thermalize_momenta
 
-from tests.torture.zoo import MODEL_KINDS, OP_GROUPS, ModelSpec
+from tests.torture.zoo import MACE_SPECIES, MODEL_KINDS, OP_GROUPS, SPECIES, ModelSpec
 
 PATHS = ("replicated", "trajectory", "ase", "gloo", "graph", "chunked")
 """How a case is run (see tests/torture/paths.py)."""
@@ -48,7 +48,6 @@ CELL_KINDS = ("cubic", "orthorhombic", "triclinic", "tiny", "long_thin", "none")
 _CELL_WEIGHTS = (0.15, 0.2, 0.3, 0.15, 0.1, 0.1)
 _NO_CELL_FAMILIES = ("cluster", "single", "corner", "sparse", "two_phase")
 OP_GROUP_WEIGHTS = (0.35, 0.15, 0.2, 0.15, 0.15)  # sums, unique, scatter/index_reduce, custom
-SPECIES, MACE_SPECIES = (6, 18, 29), (18, 29)
 MIN_DISTANCE = 2.0
 
 

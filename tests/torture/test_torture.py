@@ -11,12 +11,13 @@ diagnosis and the one-line reproduction command. More cases: benchmarks/torture.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 
 from tests.torture.cases import CELL_KINDS, FAMILIES, Case, draw_case
 from tests.torture.paths import run_case
-from tests.torture.zoo import OPS
+from tests.torture.zoo import OPS, ModelSpec
 
 pytestmark = pytest.mark.torture
 
@@ -96,3 +97,17 @@ def test_cases_are_determined_by_their_seed() -> None:
         assert first == second
         assert (first.atoms().positions == second.atoms().positions).all()
         assert draw_case(seed, (first.path,)) == first
+
+
+SEVENNET_PATHS = ("replicated", "ase", "graph")
+SEVENNET_SEEDS = (6000, 6001, 6002, 6003, 6005, 6007, 6010, 6012, 6013, 6014, 6015, 6016)
+"""Drawn cases with the zoo's SevenNet in place of the drawn model (sevenn runs in its own
+environment: make install-sevenn): replicated and ASE at 2 to 8 ranks (tiny cells, one atom,
+every pbc), graph partition with 30-step trajectories."""
+
+
+@pytest.mark.sevenn
+@pytest.mark.parametrize("seed", SEVENNET_SEEDS)
+def test_sevennet_case(seed: int) -> None:
+    case = replace(_case(seed, SEVENNET_PATHS), model=ModelSpec("sevennet", 4.5, seed=seed))
+    _check(replace(case, n_atoms=len(case.atoms())))

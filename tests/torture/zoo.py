@@ -6,8 +6,9 @@
 exactly zero at and beyond the cutoff. Ops that are non-deterministic with duplicate indices
 (copy, put without accumulate, scatter) get a unique index set: per target node the edge of
 minimum length (near ties broken by a fixed direction). The zoo also holds `SimpleMPNN`
-(minimum image), the Morse-like `ShiftPairModel`, the shipped Lennard-Jones kernel model and
-a tiny MACE.
+(minimum image), the Morse-like `ShiftPairModel`, the shipped Lennard-Jones kernel model,
+a tiny MACE and a tiny SevenNet (not drawn at random: sevenn runs in its own environment,
+on chosen cases).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ INDEX_REDUCE_OPS = tuple(
     for inc in _SELF
 )
 OP_GROUPS = (SUM_OPS, UNIQUE_OPS, SCATTER_REDUCE_OPS, INDEX_REDUCE_OPS, (CUSTOM_OP,))
+SPECIES, MACE_SPECIES = (6, 18, 29), (18, 29)
+"""Atomic numbers of the cases' atoms (MACE cases: its two species)."""
 OPS = tuple(op for group in OP_GROUPS for op in group)
 """Every aggregation op the zoo covers; "+" marks index_put(accumulate=True)."""
 
@@ -244,9 +247,9 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A zoo model: `kind` in MODEL_KINDS, its cutoff (Å), and for "mpnn" one op and one
-    target ("receivers"/"senders") per layer; `minimum_image` picks minimum-image pair
-    vectors instead of the neighbour list's shifts. Weights are drawn from `seed`."""
+    """A zoo model: `kind` in MODEL_KINDS or "sevennet", its cutoff (Å), and for "mpnn" one op
+    and one target ("receivers"/"senders") per layer; `minimum_image` picks minimum-image
+    pair vectors instead of the neighbour list's shifts. Weights are drawn from `seed`."""
 
     kind: str
     cutoff: float
@@ -265,7 +268,7 @@ class ModelSpec:
         """Message-passing layers: cutoffs an atom's energy can see."""
         if self.kind in ("mpnn", "simple", "radius_graph"):
             return max(1, len(self.ops))
-        return 2 if self.kind == "mace" else 1
+        return 2 if self.kind in ("mace", "sevennet") else 1
 
     @property
     def cuequivariance(self) -> bool:
@@ -310,12 +313,26 @@ class ModelSpec:
             from tests.helpers.mace_models import tiny_mace
 
             return MACEWrapper(tiny_mace(self.seed), cuequivariance=self.cuequivariance)
+        if self.kind == "sevennet":
+            from nvdd_plugins.models import SevenNetWrapper, random_sevennet
+
+            model = random_sevennet(SPECIES, cutoff=self.cutoff, seed=self.seed)
+            return SevenNetWrapper(model)
         raise ValueError(f"unknown zoo model kind {self.kind!r}")
 
 
 def cueq_available() -> bool:
     """Whether cuequivariance-torch imports."""
     return importlib.util.find_spec("cuequivariance_torch") is not None
+
+
+def sevenn_available() -> bool:
+    """Whether sevenn imports (it refuses the e3nn that mace-torch pins)."""
+    try:
+        import sevenn  # noqa: F401
+    except (ImportError, ValueError):
+        return False
+    return True
 
 
 def mace_available() -> bool:

@@ -1,0 +1,200 @@
+"""`SevenNetWrapper`: SevenNet (sevenn) models as nvdd model wrappers.
+
+The wrapper hands sevenn's layers the prebuilt graph: edge vectors `x[j] - x[i] + shifts`
+for each edge (i, j) (sevenn's own convention, so its edge preprocessing is not needed) and
+one-hot species in the model's dtype (sevenn's own embedding always makes float32, so float64
+runs need this). It runs the layers up to sevenn's per-atom energies; the framework sums them
+and derives forces and stress by autograd, so sevenn's total-energy sum and its force/stress
+head are skipped. Every sevenn aggregation onto atoms is the `message_gather` of its
+convolutions, onto `edge_index[0]`; the spec marks it, so eager forwards need no per-op
+interception.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.seeding import seeded_weights
+from nvdd_plugins.spec import (
+    SPEC_MPNN_HALO,
+    MLIPSpec,
+    PythonAdapter,
+    for_strategy,
+    scattered_onto_nodes,
+)
+
+__all__ = ["SevenNetWrapper", "marked_message_gather", "random_sevennet", "sevennet_spec"]
+
+
+class SevenNetWrapper(nn.Module, BaseModelMixin):
+    """Wrap a sevenn `AtomGraphSequential` (e3nn convolutions, one modality).
+
+    Args:
+        model: a sevenn model (float32 or float64), e.g. from
+            `sevenn.model_build.build_E3_equivariant_model` or a checkpoint's `build_model()`.
+
+    Like sevenn's own calculator, the wrapper is for inference: it freezes the model's
+    parameters (requires_grad False). sevenn's polynomial cutoff does not vanish beyond the
+    cutoff, so pairs in the Verlet skin are dropped before every evaluation.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        from sevenn.nn.edge_embedding import EdgePreprocess  # optional dependency
+        from sevenn.nn.force_output import (
+            ForceOutput,
+            ForceStressOutput,
+            ForceStressOutputFromEdge,
+        )
+        from sevenn.nn.linear import AtomReduce
+        from sevenn.nn.node_embedding import OnehotEmbedding
+
+        if model.type_map is None:
+            raise ValueError("the sevenn model has no type_map (atomic number -> species)")
+        if model.modal_map:
+            raise ValueError("multi-modal sevenn models are not supported")
+        self.model = model.requires_grad_(False)
+        skipped = (
+            EdgePreprocess,
+            OnehotEmbedding,
+            AtomReduce,
+            ForceOutput,
+            ForceStressOutput,
+            ForceStressOutputFromEdge,
+        )
+        self.layer_names = [
+            name for name, m in model.named_children() if not isinstance(m, skipped)
+        ]
+        device = next(model.parameters()).device
+        zs = sorted(model.type_map)
+        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long, device=device)
+        lookup[torch.tensor(zs, device=device)] = torch.tensor(
+            [model.type_map[z] for z in zs], device=device
+        )
+        self.register_buffer("species_index", lookup, persistent=False)
+        self.n_species = len(zs)
+        self.model_config = ModelConfig(
+            autograd_outputs=frozenset({"forces", "stress"}),
+            autograd_inputs=frozenset({"positions"}),
+            neighbor_config=NeighborConfig(cutoff=float(model.cutoff)),
+        )
+
+    def check_species(self, numbers: torch.Tensor) -> None:
+        """Raise a ValueError naming the atomic numbers the model has no parameters for."""
+        known = numbers < self.species_index.shape[0]
+        if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
+            model_numbers = torch.nonzero(self.species_index >= 0).flatten().tolist()
+            missing = sorted(set(numbers.tolist()) - set(model_numbers))
+            raise ValueError(
+                f"the SevenNet model has no parameters for atomic numbers {missing} "
+                f"(it knows {model_numbers})"
+            )
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per-atom and per-system energies (eV), sevenn's shift and scale included."""
+        from sevenn import _keys as keys  # optional dependency
+
+        inputs = self.adapt_input(batch)
+        if not torch.compiler.is_compiling():
+            self.check_species(inputs.atomic_numbers)
+        species = self.species_index[inputs.atomic_numbers]
+        one_hot = nn.functional.one_hot(species, self.n_species).to(inputs.positions.dtype)
+        sender, receiver = inputs.edge_index
+        data = {
+            keys.NODE_FEATURE: one_hot,
+            keys.NODE_ATTR: one_hot,
+            keys.ATOM_TYPE: species,
+            keys.EDGE_IDX: inputs.edge_index,
+            keys.EDGE_VEC: inputs.positions[receiver] - inputs.positions[sender] + inputs.shifts,
+            keys.BATCH: inputs.batch_idx,
+        }
+        for name in self.layer_names:
+            data = self.model.get_submodule(name)(data)
+        energies = data[keys.ATOMIC_ENERGY].reshape(-1)
+        energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
+        return {"energies": energies, "energy": energy}
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`sevennet_spec()` with the model's convolutions as `n_layers` and the storage
+        policy of `strategy`."""
+        from sevenn.nn.convolution import IrrepsConvolution  # optional dependency
+
+        n_layers = sum(isinstance(m, IrrepsConvolution) for m in self.model.modules())
+        return for_strategy(sevennet_spec(n_layers=n_layers), strategy)
+
+
+def marked_message_gather(
+    node_features: torch.Tensor, edge_dst: torch.Tensor, message: torch.Tensor
+) -> torch.Tensor:
+    """sevenn's `message_gather` (messages summed onto the rows `edge_dst`, the same ops),
+    its result rebound and marked as a node aggregation."""
+    from sevenn.nn.util import broadcast  # optional dependency
+
+    out = node_features.new_zeros(len(node_features), *message.shape[1:])
+    out = out.scatter_reduce(0, broadcast(edge_dst, message, 0), message, reduce="sum")
+    return scattered_onto_nodes(out)
+
+
+def sevennet_spec(n_layers: int | None = None) -> MLIPSpec:
+    """`SPEC_MPNN_HALO` with sevenn's convolution aggregation marked (so eager forwards run
+    without op interception) and messages written onto `edge_index[0]` only (so edges into
+    ghost rows are dropped); `n_layers`: the model's convolutions."""
+    marked = PythonAdapter(
+        target="sevenn.nn.convolution:message_gather", replacement=marked_message_gather
+    )
+    distribution = replace(
+        SPEC_MPNN_HALO.distribution,
+        third_party_helpers=(marked,),
+        aggregations_marked=True,
+        edge_target_row=0,  # sevenn: edge_dst, edge_src = edge_index
+    )
+    return replace(SPEC_MPNN_HALO, distribution=distribution, n_layers=n_layers)
+
+
+def random_sevennet(
+    species: Sequence[int],
+    cutoff: float = 4.5,
+    channels: int = 4,
+    lmax: int = 1,
+    num_convolutions: int = 2,
+    radial_hidden: Sequence[int] = (8,),
+    shift: Sequence[float] | None = None,
+    scale: Sequence[float] | None = None,
+    avg_num_neighbors: float = 12.0,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> nn.Module:
+    """A random-weight sevenn NequIP-type model (sevenn's default layers, shrunk) for tests
+    and examples; nothing is downloaded. `shift`/`scale`: per species, in the order of
+    `species` (eV). Weights depend only on `seed` (the global RNG state is kept)."""
+    from sevenn import _keys as keys  # optional dependency
+    from sevenn._const import DEFAULT_E3_EQUIVARIANT_MODEL_CONFIG
+    from sevenn.model_build import build_E3_equivariant_model
+
+    n = len(species)
+    config = copy.deepcopy(DEFAULT_E3_EQUIVARIANT_MODEL_CONFIG)
+    config.update(
+        {
+            keys.CUTOFF: float(cutoff),
+            keys.NODE_FEATURE_MULTIPLICITY: channels,
+            keys.LMAX: lmax,
+            keys.NUM_CONVOLUTION: num_convolutions,
+            keys.CONVOLUTION_WEIGHT_NN_HIDDEN_NEURONS: list(radial_hidden),
+            keys.CONV_DENOMINATOR: float(avg_num_neighbors),
+            keys.NUM_SPECIES: n,
+            keys.TYPE_MAP: {int(z): i for i, z in enumerate(species)},
+            keys.SHIFT: [0.0] * n if shift is None else [float(s) for s in shift],
+            keys.SCALE: [1.0] * n if scale is None else [float(s) for s in scale],
+        }
+    )
+    with seeded_weights(seed):
+        model = build_E3_equivariant_model(config)
+    return model.to(dtype)

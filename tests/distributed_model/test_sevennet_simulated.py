@@ -1,0 +1,86 @@
+"""SevenNet under DistributedModel (simulated ranks) equals sevenn's own model in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+
+pytest.importorskip("sevenn")
+
+from nvdd_plugins import DomainConfig, DomainParallel
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.models import SevenNetWrapper
+from nvdd_plugins.spec import MLIPSpec
+from tests.helpers.mace_models import with_two_species
+from tests.helpers.oracle import assert_every_rank_close, properties_for, replicated
+from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
+from tests.helpers.systems import MD_SKIN, SYSTEMS, hot_bulk, md_integrator
+
+pytestmark = pytest.mark.sevenn
+
+
+@pytest.fixture(scope="module")
+def wrapper() -> SevenNetWrapper:
+    return SevenNetWrapper(tiny_sevennet())
+
+
+@functools.cache
+def _reference(system: str) -> dict:
+    return sevennet_reference(tiny_sevennet(), with_two_species(SYSTEMS[system]()))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("system", ["bulk", "slab", "cluster"])
+def test_sevennet_matches_sevenn(system: str, world_size: int, wrapper) -> None:
+    atoms = with_two_species(SYSTEMS[system]())
+    grid = (1, 1, world_size) if system == "slab" else None
+    assert_every_rank_close(world_size, wrapper, atoms, _reference(system), system, grid=grid)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("system", ["bulk", "cluster"])
+def test_sevennet_under_graph_partition_matches_sevenn(
+    system: str, world_size: int, wrapper
+) -> None:
+    atoms = with_two_species(SYSTEMS[system]())
+    graph = StrategyKind.GRAPH_PARTITION
+    assert_every_rank_close(world_size, wrapper, atoms, _reference(system), system, strategy=graph)
+
+
+def test_sevennet_trajectory_matches_one_process(wrapper) -> None:
+    """100 NVE steps of hot Ar (atoms migrate; Verlet pairs pruned to the cutoff each step) on
+    2 ranks: positions on the single-process trajectory."""
+    full = hot_bulk()
+    dynamics, batch = md_integrator("nve", wrapper), full.copy()
+    for _ in range(100):
+        dynamics.step(batch)
+
+    def per_rank(comm):
+        config = DomainConfig(wrapper.cutoff, MD_SKIN, comm)
+        with DomainParallel(md_integrator("nve", wrapper), config, 100) as dd:
+            dd.partition(full.copy() if comm.rank == 0 else None)
+            dd.run()
+            return dd.gather(dd.batch).positions.detach(), dd.model.domain.rebuilds
+
+    for positions, rebuilds in run_simulated(2, per_rank):
+        assert float((positions - batch.positions).abs().max()) < 1e-8
+        assert rebuilds > 1
+
+
+class _WrongReceiverRow(SevenNetWrapper):
+    """Claims that messages go onto `edge_index[1]` (sevenn writes onto `edge_index[0]`)."""
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        spec = super().distribution_spec(strategy)
+        distribution = dataclasses.replace(spec.distribution, edge_target_row=1)
+        return dataclasses.replace(spec, distribution=distribution)
+
+
+def test_a_wrong_receiver_row_claim_is_refused() -> None:
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    wrapper = _WrongReceiverRow(tiny_sevennet())
+    with pytest.raises(RuntimeError, match="edge_target_row"):
+        run_simulated(2, lambda comm: replicated(comm, wrapper, atoms, properties_for(atoms)))
