@@ -48,6 +48,16 @@ def _grouped_product(
     return start_a[group] + offset // count_b[group], start_b[group] + offset % count_b[group]
 
 
+def _by_domain(
+    atom: torch.Tensor, rank: torch.Tensor, image: torch.Tensor, wrap: torch.Tensor
+) -> GhostImages:
+    """Images sorted by sub-domain, then atom; units from the atoms' `positions` (which are
+    their home positions plus `wrap` periods) to the images."""
+    order = torch.argsort(rank * (wrap.shape[0] + 1) + atom, stable=True)
+    atom = atom[order]
+    return GhostImages(atom, rank[order], image[order] - wrap[atom])
+
+
 class SpatialPartitioner:
     """Regular grid decomposition of a frame over `world_size` ranks.
 
@@ -144,10 +154,7 @@ class SpatialPartitioner:
         home, wrap = self.owned_fractional(positions, owner_rank)
         atom, rank, image = self._memberships(home)
         keep = ~((rank == owner_rank) & (image == 0).all(dim=1))
-        atom, rank, image = atom[keep], rank[keep], image[keep]
-        order = torch.argsort(rank * (positions.shape[0] + 1) + atom, stable=True)
-        units = image[order] - wrap[atom[order]]
-        return GhostImages(atom[order], rank[order], units)
+        return _by_domain(atom[keep], rank[keep], image[keep], wrap)
 
     def domain_images(self, positions: torch.Tensor) -> GhostImages:
         """Every image of every atom within the halo width of each sub-domain, its home
@@ -155,9 +162,7 @@ class SpatialPartitioner:
         another in one process); grouped by sub-domain. Units take each atom to its image
         from `positions`, as in `ghost_images`."""
         home, wrap = self.home_fractional(positions)
-        atom, rank, image = self._memberships(home)
-        order = torch.argsort(rank * (positions.shape[0] + 1) + atom, stable=True)
-        return GhostImages(atom[order], rank[order], image[order] - wrap[atom[order]])
+        return _by_domain(*self._memberships(home), wrap)
 
     def _memberships(self, home: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom, sub-domain, image) of every image of the fractional positions `home` in a

@@ -121,8 +121,7 @@ class ChunkedEvaluator:
         want_forces = "forces" in properties and "forces" in derived
         want_stress = "stress" in properties and "stress" in derived
         positions = batch.positions.detach().requires_grad_(want_forces)
-        cell, pbc = batch.cell[0].detach(), batch.pbc[0]
-        partitioner, images = self._chunks(positions.detach(), cell, pbc, batch)
+        partitioner, images = self._chunks(batch)
         per_atom: dict[str, torch.Tensor] = {}
         totals: dict[str, torch.Tensor] = {}
         for atoms, units, n_owned in _chunk_rows(partitioner, images, positions.detach()):
@@ -161,27 +160,34 @@ class ChunkedEvaluator:
     # -- chunks -------------------------------------------------------------------------------
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
-        positions = batch.positions.detach()
-        partitioner, images = self._chunks(positions, batch.cell[0], batch.pbc[0], batch)
+        partitioner, images = self._chunks(batch)
         rows = torch.bincount(images.ranks, minlength=partitioner.world_size)
-        return ChunkPlan(tuple(partitioner.grid), tuple(rows.tolist()), positions.shape[0])
+        return ChunkPlan(tuple(partitioner.grid), tuple(rows.tolist()), batch.num_nodes)
 
-    def _chunks(
-        self, positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor, batch: Batch
+    def _partitioned(
+        self,
+        frame: DecompositionFrame,
+        positions: torch.Tensor,
+        n_chunks: int,
+        grid: tuple[int, int, int] | None = None,
     ) -> tuple[SpatialPartitioner, GhostImages]:
+        """`n_chunks` chunks of `frame` (on `grid`, default the minimal-surface one) and the
+        images of `positions` each holds."""
+        grid = grid or choose_rank_grid(n_chunks, frame.widths.tolist())
+        partitioner = SpatialPartitioner(frame, n_chunks, grid, halo_width=self.shell)
+        return partitioner, partitioner.domain_images(positions)
+
+    def _chunks(self, batch: Batch) -> tuple[SpatialPartitioner, GhostImages]:
         """The fewest chunks whose rows all fit `max_atoms` (or the measured limit)."""
-        frame = DecompositionFrame.from_system(positions, cell, pbc)
+        positions = batch.positions.detach()
+        frame = DecompositionFrame.from_system(positions, batch.cell[0], batch.pbc[0])
         if self.grid is not None:
-            n_chunks = math.prod(self.grid)
-            partitioner = SpatialPartitioner(frame, n_chunks, self.grid, halo_width=self.shell)
-            return partitioner, partitioner.domain_images(positions)
+            return self._partitioned(frame, positions, math.prod(self.grid), self.grid)
         limit = self._row_limit(batch, frame)
         n_chunks = max(1, math.ceil(positions.shape[0] / limit))
         smallest = math.inf
         while True:
-            grid = choose_rank_grid(n_chunks, frame.widths.tolist())
-            partitioner = SpatialPartitioner(frame, n_chunks, grid, halo_width=self.shell)
-            images = partitioner.domain_images(positions)
+            partitioner, images = self._partitioned(frame, positions, n_chunks)
             largest = int(torch.bincount(images.ranks, minlength=n_chunks).max())
             if largest <= limit:
                 return partitioner, images
@@ -208,9 +214,7 @@ class ChunkedEvaluator:
         device = batch.positions.device
         positions = batch.positions.detach().requires_grad_(True)
         n_probe = max(1, batch.num_nodes // _PROBE_ROWS)
-        grid = choose_rank_grid(n_probe, frame.widths.tolist())
-        partitioner = SpatialPartitioner(frame, n_probe, grid, halo_width=self.shell)
-        images = partitioner.domain_images(positions.detach())
+        partitioner, images = self._partitioned(frame, positions.detach(), n_probe)
         atoms, units, n_owned = next(_chunk_rows(partitioner, images, positions.detach()))
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
