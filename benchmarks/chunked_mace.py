@@ -17,6 +17,7 @@ its largest --plain size.
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 import torch
@@ -77,8 +78,11 @@ def main() -> None:
     parser.add_argument("--atoms", type=int, nargs="+", default=[629856, 2515456])
     parser.add_argument("--max-atoms", type=int, help="rows per chunk (default: measured)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--verbose", action="store_true", help="log chunk planning and progress")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     model = in_backend(mace_model(args.preset, (29,), torch.float32).cuda(), args.backend)
     model = model.requires_grad_(False)
     print(f"# MACE {args.preset} ({args.backend}), float32, fcc Cu, one GPU", flush=True)

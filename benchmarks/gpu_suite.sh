@@ -44,3 +44,11 @@ step cueq_plain_largest 400 mace_cueq.py plain --cases small:595508 small:665500
 # graph partition vs halo on two GPUs (NCCL), MACE small, float32
 step graph_vs_halo 300 -m torch.distributed.run --standalone --nproc_per_node=2 graph_vs_halo.py \
     --device cuda --model mace --preset small --atoms 32000 --repeats 10
+# one GPU beyond its memory: sub-domains in chunks (ChunkedEvaluator) against plain mace-torch
+# at its largest; then chunks inside the ranks of a 2-GPU run (DomainConfig(chunk_atoms="auto"))
+step chunked_e3nn 300 chunked_mace.py --backend e3nn --plain 157216 --atoms 636056 --repeats 2
+step chunked_medium 300 chunked_mace.py --backend e3nn --preset medium --plain 42592 \
+    --atoms 165888 --repeats 2
+step chunked_cueq 300 chunked_mace.py --plain 629856 --atoms 2515456 --repeats 2 --verbose
+step chunked_multi 300 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py \
+    multi --largest 2515456 --chunk-atoms auto --repeats 2 --verbose

@@ -25,6 +25,7 @@ at --cases sizes, reporting out-of-memory instead of failing (its largest system
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -159,7 +160,8 @@ def _dd_step_time(
     wrapper: MACEWrapper, n_atoms: int, mesh: Any, args: argparse.Namespace
 ) -> tuple[float, int, float]:
     """Median step time, total atoms and this rank's peak memory of DomainParallel."""
-    config = DomainConfig(cutoff=wrapper.cutoff, skin=args.skin, mesh=mesh)
+    chunks = args.chunk_atoms if args.chunk_atoms in (None, "auto") else int(args.chunk_atoms)
+    config = DomainConfig(cutoff=wrapper.cutoff, skin=args.skin, mesh=mesh, chunk_atoms=chunks)
     dd = DomainParallel(NVE(wrapper, 1.0), config)
     device = next(wrapper.parameters()).device
     full = None
@@ -268,8 +270,14 @@ def main() -> None:
     parser.add_argument(
         "--exchange-share", action="store_true", help="multi: profile NCCL's share of a step"
     )
+    parser.add_argument(
+        "--chunk-atoms", help='multi: DomainConfig.chunk_atoms (rows per chunk or "auto")'
+    )
+    parser.add_argument("--verbose", action="store_true", help="log chunk planning and progress")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     if args.mode == "multi":
         try:
             results = multi(args)

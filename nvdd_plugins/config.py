@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ["DomainConfig", "StrategyKind"]
 
@@ -38,6 +38,16 @@ class DomainConfig:
         capacity_growth: factor by which padded per-rank capacities grow when exceeded.
         strict: raise instead of warning when the model calls an opaque op
             (`torch.ops.<namespace>`) on per-atom tensors that no `OpAdapter` covers.
+        chunk_atoms: evaluate each rank's sub-domain in spatial chunks, one after another
+            on its device, each of at most this many rows (its atoms plus a ghost shell of
+            the model's message-passing layers x cutoff), so that device memory is bounded
+            by one chunk; "auto" sizes chunks from the free device memory and the model's
+            measured bytes per row (one chunk on a CPU). The ranks' ghost shells are then
+            that thick too and the forward needs no halo exchange (halo strategy only).
+            None: the whole sub-domain at once, ghost rows refreshed per layer.
+        halo_layers: ghost shell thickness in cutoffs; None: one, or with `chunk_atoms` the
+            model's message-passing layers (`MLIPSpec.n_layers`; give it here for a model
+            whose spec does not declare them).
     """
 
     cutoff: float
@@ -50,6 +60,8 @@ class DomainConfig:
     grid: tuple[int, int, int] | None = None
     capacity_growth: float = 1.25
     strict: bool = False
+    chunk_atoms: int | Literal["auto"] | None = None
+    halo_layers: int | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):
@@ -69,11 +81,26 @@ class DomainConfig:
             self.grid = grid  # type: ignore[assignment]
         if self.capacity_growth <= 1.0:
             raise ValueError("capacity_growth must be > 1")
+        if self.halo_layers is not None and self.halo_layers < 1:
+            raise ValueError(f"halo_layers must be >= 1, got {self.halo_layers!r}")
+        if self.chunk_atoms is not None:
+            if self.chunk_atoms != "auto" and not (
+                isinstance(self.chunk_atoms, int) and self.chunk_atoms > 0
+            ):
+                raise ValueError(
+                    f'chunk_atoms must be a positive number of rows, "auto" or None, got '
+                    f"{self.chunk_atoms!r}"
+                )
+            if self.strategy is not StrategyKind.HALO or self.compile:
+                raise ValueError(
+                    "chunk_atoms (sub-domains evaluated in chunks) needs the halo strategy "
+                    "and an eager forward (compile=False)"
+                )
 
     @property
     def halo_width(self) -> float:
-        """Ghost shell width, Å: cutoff + skin."""
-        return self.cutoff + self.skin
+        """Ghost shell width, Å: halo_layers (default 1) x cutoff + skin."""
+        return (self.halo_layers or 1) * self.cutoff + self.skin
 
     @property
     def rebuild_threshold(self) -> float:

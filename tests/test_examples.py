@@ -50,6 +50,15 @@ def test_fire_nvt_pipeline_under_torchrun() -> None:
     assert "one-rank mesh" not in output
 
 
+def test_chunked_subdomains_under_torchrun() -> None:
+    script = EXAMPLES / "distributed" / "08_chunked_subdomains.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--cells", "6", "--chunk-atoms", "900"], 240)
+    assert "rank 1: " in output and " chunks of at most " in output
+    difference = float(output.split("without chunks: ")[1].split(" Å")[0])
+    assert difference < 1e-10 and "done: 5 steps, 864 atoms" in output
+
+
 def test_distributed_nvt_under_mpirun() -> None:
     script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
     output = run_mpi(2, script, "--model", "lj", "--steps", "10", "--cells", "3", timeout=240)

@@ -194,6 +194,7 @@ class HaloDomain:
             self._nodes.fit,
             self._edges.fit,
             far_pair_padding=self.config.compile,
+            list_pairs=self.config.chunk_atoms is None,
         )
         self.view = view
         self._verlet.update(positions, cell)

@@ -7,6 +7,7 @@ way its spec says and returns `RowResults`, which each layout maps back to its a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import torch
@@ -19,7 +20,13 @@ from nvdd_plugins.distributed_model.runner import SpecRunner
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
-from nvdd_plugins.models import BaseModelMixin, apply_strain, energy_derivatives, new_strain
+from nvdd_plugins.models import (
+    BaseModelMixin,
+    ChunkedEvaluator,
+    apply_strain,
+    energy_derivatives,
+    new_strain,
+)
 from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
 
 __all__ = ["HaloEngine"]
@@ -27,6 +34,11 @@ __all__ = ["HaloEngine"]
 
 class HaloEngine:
     """Evaluate `model` on halo views under its halo spec.
+
+    With `config.chunk_atoms` the view is evaluated in chunks one after another
+    (`ChunkedEvaluator`): the ghost shell is then the model's layers x cutoff thick
+    (`config` is that of the engine), so the owned atoms' energies need no exchange during
+    the forward; one exchange sums the ghosts' gradients into their owners.
 
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
@@ -36,9 +48,17 @@ class HaloEngine:
 
     def __init__(self, model: BaseModelMixin, config: DomainConfig, comm: Communicator) -> None:
         self.model = model.prepare_for_compile() if config.compile else model
-        self.config = config
         self.comm = comm
         self.spec = _validated_spec(model, config)
+        self.chunks: ChunkedEvaluator | None = None
+        if config.chunk_atoms is not None:
+            self.chunks = _chunked_evaluator(self.model, self.spec, config)
+            config = dataclasses.replace(config, halo_layers=self.chunks.n_layers)
+        self.config = config
+        self._own_stress = (
+            "stress" not in model.model_config.autograd_outputs
+            and self.spec.output_kinds.get("stresses") is OutputKind.PER_NODE
+        )
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         neighbors = model.model_config.neighbor_config
         self._accepts_skin_pairs = bool(
@@ -83,6 +103,8 @@ class HaloEngine:
         positions forces are taken against); energy and stress are this rank's owned
         partials summed over ranks."""
         cell = cell.detach()
+        if self.chunks is not None:
+            return self._evaluate_in_chunks(view, leaf, rows, cell, want_stress)
         strain = new_strain(1, leaf, want_stress) if want_stress else None
         with torch.enable_grad():
             run_cell = cell
@@ -98,6 +120,50 @@ class HaloEngine:
             )
         checking, self.runner.checking = self.runner.checking, False
         return consolidate(self.spec, self.comm, out, partial, derived, checking)
+
+    def _evaluate_in_chunks(
+        self,
+        view: HaloView,
+        leaf: torch.Tensor,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        want_stress: bool,
+    ) -> RowResults:
+        """`evaluate` chunk by chunk: the owned rows' outputs from chunks of the view's rows
+        (the shell covers every owned atom's receptive field), then one backward through the
+        ghost positions to their owners (collective)."""
+        assert self.chunks is not None
+        local = rows[: view.n_local]
+        want_forces = leaf.requires_grad
+        per_atom: dict[str, torch.Tensor] = {}
+        derived = {
+            "forces": torch.zeros_like(local.detach()),
+            "stress": local.new_zeros(1, 3, 3),
+        }
+        if view.n_owned:  # chunks need atoms to place; an empty rank still joins the backward
+            numbers = view.atomic_numbers[: view.n_local]
+            per_atom, found = self.chunks.evaluate_rows(
+                local, numbers, cell[0], view.wrapped_axes, view.n_owned, want_forces, want_stress
+            )
+            derived.update(found)
+        energies = per_atom.pop("energies", local.new_zeros(view.n_owned))
+        per_row = {"energies": energies, **per_atom}
+        per_row = {
+            name: torch.cat([value, value.new_zeros(view.n_rows - view.n_owned, *value.shape[1:])])
+            for name, value in per_row.items()
+        }
+        reduced = {"energy": self.comm.all_reduce(energies.sum().reshape(1), "sum")}
+        if want_forces:
+            with torch.enable_grad():
+                (gradient,) = torch.autograd.grad(local, leaf, derived["forces"])
+            reduced["forces"] = gradient
+        if want_stress:
+            reduced["stress"] = self.comm.all_reduce(derived["stress"], "sum")
+        elif self._own_stress:  # a kernel model's stress: the sum of its per-atom stresses
+            stresses = per_row.get("stresses", local.new_zeros(view.n_owned, 3, 3))
+            owned = stresses[: view.n_owned].sum(dim=0, keepdim=True)
+            reduced["stress"] = self.comm.all_reduce(owned, "sum")
+        return RowResults(per_row, reduced, frozenset())
 
     def batch(
         self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
@@ -120,6 +186,32 @@ class HaloEngine:
             ptr=view.row_ptr,
             batch_idx=view.row_batch,
         )
+
+
+def _chunked_evaluator(
+    model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig
+) -> ChunkedEvaluator:
+    """The chunked evaluation `config.chunk_atoms` asks for, or a clear error when the
+    model's outputs cannot be summed chunk by chunk."""
+    whole = {
+        name
+        for name, kind in spec.output_kinds.items()
+        if kind is not OutputKind.PER_NODE and name not in ("energy", "stress")
+    }
+    n_layers = max(spec.n_layers or 0, config.halo_layers or 0)
+    if whole or not n_layers:
+        raise ValueError(
+            "chunk_atoms evaluates per-atom outputs that depend only on atoms within the "
+            "model's message-passing layers x cutoff; "
+            + (
+                f"{type(model).__name__} also has outputs {sorted(whole)} that are not per atom"
+                if whole
+                else "its spec does not declare its layers (MLIPSpec.n_layers): give "
+                "DomainConfig(halo_layers=...)"
+            )
+        )
+    max_atoms = None if config.chunk_atoms == "auto" else int(config.chunk_atoms)
+    return ChunkedEvaluator(model, max_atoms=max_atoms, n_layers=n_layers)
 
 
 def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:

@@ -44,10 +44,10 @@ class SubdomainModel(nn.Module):
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
-        self.config = config
         self.engine = HaloEngine(model, config, self.comm)
+        self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = make_domain(self.comm, config)
+        self.domain = make_domain(self.comm, self.config)
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)

@@ -31,6 +31,8 @@ class HaloView:
         edge_unit_shifts: (n_edge_slots, 3) lattice shifts of the pairs along wrapped axes
             (`SpatialPartitioner.wrapped_axes`); zero elsewhere.
         padding_positions: (n_rows - n_local, 3) far-away positions of the padding rows.
+        wrapped_axes: (3,) bool, the periodic axes along which pairs wrap (edge shifts)
+            instead of reaching ghost images.
     """
 
     plan: HaloPlan
@@ -41,6 +43,7 @@ class HaloView:
     edge_index: torch.Tensor
     edge_unit_shifts: torch.Tensor
     padding_positions: torch.Tensor
+    wrapped_axes: torch.Tensor
 
     @property
     def n_owned(self) -> int:
@@ -147,6 +150,7 @@ def assemble_view(
     edge_capacity: Callable[[int], int],
     spacing: float,
     far_pair_padding: bool = False,
+    wrapped_axes: torch.Tensor | None = None,
 ) -> HaloView:
     """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
 
@@ -154,7 +158,8 @@ def assemble_view(
     beyond every local atom). Empty edge slots hold the sentinel `n_rows`, or, with
     `far_pair_padding` (compiled runs: no data-dependent filtering), a pair of padding rows
     farther apart than `spacing`, which a cutoff-safe model weighs exactly zero. The row
-    count is bumped until it differs from the slot count and from 1.
+    count is bumped until it differs from the slot count and from 1. `wrapped_axes`: the
+    axes `pair_units` wrap along (default none).
     """
     device = local_positions.device
     n_local = plan.n_local
@@ -186,6 +191,11 @@ def assemble_view(
         edge_index=edge_index,
         edge_unit_shifts=edge_units,
         padding_positions=padding,
+        wrapped_axes=(
+            torch.zeros(3, dtype=torch.bool, device=device)
+            if wrapped_axes is None
+            else wrapped_axes.to(device)
+        ),
     )
 
 
@@ -200,11 +210,13 @@ def build_halo_view(
     node_capacity: Callable[[int], int],
     edge_capacity: Callable[[int], int],
     far_pair_padding: bool = False,
+    list_pairs: bool = True,
 ) -> HaloView:
     """Select ghosts, build the plan and the neighbour list of this rank (collective).
 
     `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes; see
-    `assemble_view` for `far_pair_padding`.
+    `assemble_view` for `far_pair_padding`. Without `list_pairs` the view has no pairs
+    (an evaluation that lists its own, such as chunks of the view).
     """
     device = owned_positions.device
     n_owned = owned_positions.shape[0]
@@ -221,19 +233,25 @@ def build_halo_view(
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
-    listed = build_neighbor_list(local, cell, wrapped, width)
-    touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)
+    if list_pairs:
+        listed = build_neighbor_list(local, cell, wrapped, width)
+        touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)
+        pairs, pair_units = listed.edge_index[:, touches_owned], listed.unit_shifts[touches_owned]
+    else:
+        pairs = torch.empty(2, 0, dtype=torch.long, device=device)
+        pair_units = torch.empty(0, 3, dtype=torch.long, device=device)
     return assemble_view(
         plan,
         local,
         units,
         local_rows(owned_numbers.long()),
         local_rows(owned_ids.long()),
-        listed.edge_index[:, touches_owned],
-        listed.unit_shifts[touches_owned],
+        pairs,
+        pair_units,
         padding_species,
         node_capacity,
         edge_capacity,
         width,
         far_pair_padding,
+        wrapped,
     )

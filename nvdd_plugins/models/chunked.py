@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -47,13 +48,23 @@ class ChunkPlan:
 
     Attributes:
         grid: chunks per axis.
-        rows: rows (owned atoms + ghost images) of each chunk.
-        n_atoms: atoms of the system.
+        rows: rows (owned atoms + ghost images) of each chunk evaluated (one that owns
+            atoms).
+        n_atoms: atoms evaluated.
     """
 
     grid: tuple[int, int, int]
     rows: tuple[int, ...]
     n_atoms: int
+
+    @classmethod
+    def of(cls, partitioner: SpatialPartitioner, images: GhostImages, n_targets: int) -> ChunkPlan:
+        """The plan of chunks `partitioner` holding `images`, `n_targets` atoms to evaluate:
+        the rows of every chunk that holds one of them."""
+        size = partitioner.world_size
+        rows = torch.bincount(images.ranks, minlength=size)
+        targets = torch.bincount(images.ranks[images.rows < n_targets], minlength=size)
+        return cls(tuple(partitioner.grid), tuple(rows[targets > 0].tolist()), n_targets)
 
     @property
     def redundancy(self) -> float:
@@ -105,6 +116,8 @@ class ChunkedEvaluator:
         spec = model.distribution_spec()
         kinds = spec.output_kinds if spec is not None else ENERGY_KINDS
         self._per_atom = frozenset(k for k, v in kinds.items() if v is OutputKind.PER_NODE)
+        self.last_plan: ChunkPlan | None = None  # of the last evaluation
+        self._grid_hint: tuple[int, int, int] | None = None
 
     # -- Evaluator protocol -------------------------------------------------------------------
     def __call__(
@@ -120,16 +133,62 @@ class ChunkedEvaluator:
         derived = self.model.model_config.autograd_outputs
         want_forces = "forces" in properties and "forces" in derived
         want_stress = "stress" in properties and "stress" in derived
-        positions = batch.positions.detach().requires_grad_(want_forces)
-        partitioner, images = self._chunks(batch)
+        per_atom, totals = self.evaluate_rows(
+            batch.positions,
+            batch.atomic_numbers,
+            batch.cell[0],
+            batch.pbc[0],
+            batch.num_nodes,
+            want_forces,
+            want_stress,
+        )
+        energies = per_atom.get("energies", batch.positions.new_zeros(batch.num_nodes))
+        out = {**per_atom, "energies": energies, "energy": energies.sum().reshape(1)}
+        out.update(totals)
+        if "stress" in properties and not want_stress and "stresses" in per_atom:
+            out["stress"] = per_atom["stresses"].sum(dim=0, keepdim=True)
+        return out
+
+    def evaluate_rows(
+        self,
+        positions: torch.Tensor,
+        atomic_numbers: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        n_targets: int,
+        want_forces: bool,
+        want_stress: bool,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Chunk by chunk, the atoms `positions[:n_targets]` among environment atoms (the
+        rest, e.g. a rank's ghosts), in `cell` (3, 3) periodic along `pbc` (3,).
+
+        Returns, detached: the model's per-atom outputs of the targets, and the derivatives
+        of the targets' energy: "forces" (-dE/dx of every row) and "stress" (dE/dstrain /
+        volume, (1, 3, 3)) when asked for.
+        """
+        positions = positions.detach().requires_grad_(want_forces)
+        cell = cell.detach()
+        partitioner, images = self._chunks(positions.detach(), atomic_numbers, cell, pbc, n_targets)
+        self.last_plan = ChunkPlan.of(partitioner, images, n_targets)
         per_atom: dict[str, torch.Tensor] = {}
         totals: dict[str, torch.Tensor] = {}
-        for atoms, units, n_owned in _chunk_rows(partitioner, images, positions.detach()):
+        chunks = _chunk_rows(partitioner, images, positions.detach(), n_targets)
+        start = time.perf_counter()
+        for index, (atoms, units, n_owned) in enumerate(chunks):
             if n_owned == 0:
                 continue
+            logger.debug(
+                "chunk %d of grid %s: %d rows, %d own, at %.2f s",
+                index,
+                partitioner.grid,
+                atoms.shape[0],
+                n_owned,
+                time.perf_counter() - start,
+            )
             chunk_per_atom, chunk_derived = self._evaluate_chunk(
-                batch,
                 positions,
+                atomic_numbers,
+                cell,
                 atoms,
                 units,
                 n_owned,
@@ -139,19 +198,15 @@ class ChunkedEvaluator:
             )
             for name, value in chunk_per_atom.items():
                 if name not in per_atom:
-                    per_atom[name] = value.new_zeros(positions.shape[0], *value.shape[1:])
+                    per_atom[name] = value.new_zeros(n_targets, *value.shape[1:])
                 per_atom[name][atoms[:n_owned]] = value
             for name, value in chunk_derived.items():
                 totals[name] = totals[name] + value if name in totals else value
-        energies = per_atom.get("energies", positions.new_zeros(positions.shape[0]))
-        out = {**per_atom, "energies": energies, "energy": energies.sum().reshape(1)}
-        if want_forces:
-            out["forces"] = totals.get("forces", torch.zeros_like(positions))
-        if want_stress:
-            out["stress"] = totals.get("stress", positions.new_zeros(1, 3, 3))
-        elif "stress" in properties and "stresses" in per_atom:
-            out["stress"] = per_atom["stresses"].sum(dim=0, keepdim=True)
-        return {name: value.detach() for name, value in out.items()}
+        if want_forces and "forces" not in totals:
+            totals["forces"] = torch.zeros_like(positions.detach())
+        if want_stress and "stress" not in totals:
+            totals["stress"] = positions.new_zeros(1, 3, 3)
+        return per_atom, totals
 
     def compute_view(self, batch: Batch) -> Batch:
         """`batch` itself (compute-stage hooks see the whole system)."""
@@ -160,9 +215,14 @@ class ChunkedEvaluator:
     # -- chunks -------------------------------------------------------------------------------
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
-        partitioner, images = self._chunks(batch)
-        rows = torch.bincount(images.ranks, minlength=partitioner.world_size)
-        return ChunkPlan(tuple(partitioner.grid), tuple(rows.tolist()), batch.num_nodes)
+        partitioner, images = self._chunks(
+            batch.positions.detach(),
+            batch.atomic_numbers,
+            batch.cell[0],
+            batch.pbc[0],
+            batch.num_nodes,
+        )
+        return ChunkPlan.of(partitioner, images, batch.num_nodes)
 
     def _partitioned(
         self,
@@ -177,70 +237,106 @@ class ChunkedEvaluator:
         partitioner = SpatialPartitioner(frame, n_chunks, grid, halo_width=self.shell)
         return partitioner, partitioner.domain_images(positions)
 
-    def _chunks(self, batch: Batch) -> tuple[SpatialPartitioner, GhostImages]:
-        """The fewest chunks whose rows all fit `max_atoms` (or the measured limit)."""
-        positions = batch.positions.detach()
-        frame = DecompositionFrame.from_system(positions, batch.cell[0], batch.pbc[0])
+    def _chunks(
+        self,
+        positions: torch.Tensor,
+        atomic_numbers: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        n_targets: int,
+    ) -> tuple[SpatialPartitioner, GhostImages]:
+        """The fewest chunks whose rows all fit `max_atoms` (or the measured limit); chunks
+        holding no target are not evaluated and not counted. Along open axes the chunks
+        tile the span of the targets (the outermost reach past it, over their environment)."""
+        open_axes = ~pbc.reshape(3, 1).bool().to(cell.device)
+        spanned = torch.where(open_axes, torch.zeros_like(cell), cell)
+        frame = DecompositionFrame.from_system(positions[:n_targets], spanned, pbc)
         if self.grid is not None:
             return self._partitioned(frame, positions, math.prod(self.grid), self.grid)
-        limit = self._row_limit(batch, frame)
-        n_chunks = max(1, math.ceil(positions.shape[0] / limit))
-        smallest = math.inf
+        limit = self._row_limit(positions, atomic_numbers, cell, frame, n_targets)
+        widths = frame.widths.tolist()
+        grid = list(self._grid_hint or (1, 1, 1))
+        # Split the longest chunk edge until the largest chunk with its shell fits; the last
+        # grid that fitted is tried first (most evaluations between rebuilds reuse it).
         while True:
-            partitioner, images = self._partitioned(frame, positions, n_chunks)
-            largest = int(torch.bincount(images.ranks, minlength=n_chunks).max())
+            partitioner, images = self._partitioned(frame, positions, math.prod(grid), tuple(grid))
+            largest = max(ChunkPlan.of(partitioner, images, n_targets).rows, default=0)
             if largest <= limit:
+                if self._grid_hint != tuple(grid):
+                    logger.info("chunk grid %s: at most %d of %d rows", grid, largest, limit)
+                self._grid_hint = tuple(grid)
                 return partitioner, images
-            if largest >= smallest:  # more chunks no longer help: the shell alone is too big
+            edges = [w / g for w, g in zip(widths, grid, strict=True)]
+            axis = max(range(3), key=edges.__getitem__)
+            if edges[axis] < 0.25 * self.model.cutoff:  # the shell alone is too big
                 raise ValueError(
                     f"chunks of at most {limit} rows are not possible: a chunk with its ghost "
                     f"shell ({self.n_layers} x {self.model.cutoff:g} Å) keeps {largest} rows; "
                     "raise max_atoms"
                 )
-            smallest = largest
-            n_chunks = max(n_chunks + 1, math.ceil(n_chunks * largest / limit))
+            grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
 
-    def _row_limit(self, batch: Batch, frame: DecompositionFrame) -> int:
+    def _row_limit(
+        self,
+        positions: torch.Tensor,
+        atomic_numbers: torch.Tensor,
+        cell: torch.Tensor,
+        frame: DecompositionFrame,
+        n_targets: int,
+    ) -> int:
         if self.max_atoms is None:
-            if batch.positions.device.type != "cuda":
-                return max(batch.num_nodes, 1)
-            self.max_atoms = self._measured_row_limit(batch, frame)
+            if positions.device.type != "cuda":
+                return max(positions.shape[0], 1)
+            self.max_atoms = self._measured_row_limit(positions, atomic_numbers, cell, frame)
             logger.info("chunks of at most %d rows (from free device memory)", self.max_atoms)
         return self.max_atoms
 
-    def _measured_row_limit(self, batch: Batch, frame: DecompositionFrame) -> int:
-        """Rows that fit in a share of the free device memory, from the peak memory of one
-        probe chunk of about `_PROBE_ROWS` rows."""
-        device = batch.positions.device
-        positions = batch.positions.detach().requires_grad_(True)
-        n_probe = max(1, batch.num_nodes // _PROBE_ROWS)
-        partitioner, images = self._partitioned(frame, positions.detach(), n_probe)
-        atoms, units, n_owned = next(_chunk_rows(partitioner, images, positions.detach()))
+    def _measured_row_limit(
+        self,
+        positions: torch.Tensor,
+        atomic_numbers: torch.Tensor,
+        cell: torch.Tensor,
+        frame: DecompositionFrame,
+    ) -> int:
+        """Rows that fit in a share of the device memory free for tensors, from the peak
+        memory of one probe chunk with about `_PROBE_ROWS` atoms of its own (a cube)."""
+        device = positions.device
+        widths = frame.widths
+        edge = (float(widths.prod()) * _PROBE_ROWS / max(positions.shape[0], 1)) ** (1 / 3)
+        grid = tuple(max(1, round(w / edge)) for w in widths.tolist())
+        partitioner, images = self._partitioned(frame, positions, math.prod(grid), grid)
+        n_all = positions.shape[0]
+        atoms, units, n_owned = next(_chunk_rows(partitioner, images, positions, n_all))
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
+        leaf = positions.detach().requires_grad_(True)
         self._evaluate_chunk(
-            batch, positions, atoms, units, n_owned, partitioner.wrapped_axes, True, False
+            leaf, atomic_numbers, cell, atoms, units, n_owned, partitioner.wrapped_axes, True, False
         )
         per_row = (torch.cuda.max_memory_allocated(device) - base) / max(atoms.shape[0], 1)
+        # the probe's blocks stay cached by the allocator: free for the chunks too
         free, _ = torch.cuda.mem_get_info(device)
-        return max(_PROBE_ROWS, int(_MEMORY_FRACTION * free / max(per_row, 1.0)))
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return max(_PROBE_ROWS, int(_MEMORY_FRACTION * (free + cached) / max(per_row, 1.0)))
 
     def _evaluate_chunk(
         self,
-        batch: Batch,
         positions: torch.Tensor,
+        atomic_numbers: torch.Tensor,
+        cell: torch.Tensor,
         atoms: torch.Tensor,
         units: torch.Tensor,
         n_owned: int,
-        pbc: torch.Tensor,
+        wrapped: torch.Tensor,
         want_forces: bool,
         want_stress: bool,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """One chunk whose rows are the images `units` of `atoms`, the first `n_owned` of
-        them its own atoms: the model's per-atom outputs of those, and the derivatives of
-        their energies' sum with respect to the system's `positions` (and a strain)."""
-        cell = batch.cell.detach()
+        them its own atoms, periodic along the `wrapped` axes: the model's per-atom outputs
+        of those, and the derivatives of their energies' sum with respect to `positions`
+        (and a strain of `cell` (3, 3))."""
+        cell = cell.detach().reshape(1, 3, 3)
         with torch.enable_grad():
             rows = positions.index_select(0, atoms) + rows_times_3x3(
                 units.to(positions.dtype), cell[0]
@@ -250,16 +346,16 @@ class ChunkedEvaluator:
             if strain is not None:
                 row_batch = torch.zeros_like(atoms)
                 rows, run_cell = apply_strain(rows, cell, row_batch, strain)
-            neighbors = build_neighbor_list(rows.detach(), cell[0], pbc, self.model.cutoff)
+            neighbors = build_neighbor_list(rows.detach(), cell[0], wrapped, self.model.cutoff)
             shifts = rows_times_3x3(neighbors.unit_shifts.to(rows.dtype), run_cell[0])
             chunk = Batch(
-                node={"positions": rows, "atomic_numbers": batch.atomic_numbers[atoms]},
+                node={"positions": rows, "atomic_numbers": atomic_numbers[atoms]},
                 edge={
                     "edge_index": neighbors.edge_index,
                     "shifts": shifts,
                     "unit_shifts": neighbors.unit_shifts,
                 },
-                system={"cell": run_cell, "pbc": pbc.reshape(1, 3)},
+                system={"cell": run_cell, "pbc": wrapped.reshape(1, 3)},
                 ptr=torch.tensor([0, atoms.shape[0]], device=atoms.device),
             )
             out = self.model(chunk)
@@ -281,15 +377,17 @@ class ChunkedEvaluator:
 
 
 def _chunk_rows(
-    partitioner: SpatialPartitioner, images: GhostImages, positions: torch.Tensor
+    partitioner: SpatialPartitioner, images: GhostImages, positions: torch.Tensor, n_targets: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Per chunk: its rows' atoms and image units, owned atoms' home images first, and the
-    number of owned rows."""
+    """Per chunk: its rows' atoms and image units, its own targets' (atoms below
+    `n_targets`) home images first, and the number of those."""
     owner = partitioner.rank_of(positions)
     _, wrap = partitioner.home_fractional(positions)
-    home = (owner.index_select(0, images.rows) == images.ranks) & (
-        images.units == -wrap.index_select(0, images.rows)
-    ).all(dim=1)
+    home = (
+        (owner.index_select(0, images.rows) == images.ranks)
+        & (images.units == -wrap.index_select(0, images.rows)).all(dim=1)
+        & (images.rows < n_targets)
+    )
     counts = torch.bincount(images.ranks, minlength=partitioner.world_size).tolist()
     start = 0
     for count in counts:

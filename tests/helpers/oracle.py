@@ -46,12 +46,20 @@ def replicated(
     grid: tuple[int, int, int] | None = None,
     skin: float = 0.3,
     strategy: StrategyKind = StrategyKind.HALO,
+    **options: object,
 ) -> dict[str, torch.Tensor]:
-    """The model through ReplicatedModel (every rank holding the full system)."""
-    config = DomainConfig(cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid, strategy=strategy)
+    """The model through ReplicatedModel (every rank holding the full system); `options` are
+    further `DomainConfig` fields. Besides the outputs: "n_owned", and with chunks the rows
+    of each chunk evaluated ("chunk_rows")."""
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=skin, mesh=comm, grid=grid, strategy=strategy, **options
+    )
     distributed = ReplicatedModel(model, config)
     result = requested(distributed(Batch.from_atoms(atoms), properties), properties)
     result["n_owned"] = torch.tensor(distributed.domain.view.n_owned)
+    chunks = distributed.engine.chunks
+    if chunks is not None and chunks.last_plan is not None and result["n_owned"]:
+        result["chunk_rows"] = torch.tensor(chunks.last_plan.rows)
     return result
 
 

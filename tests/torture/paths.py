@@ -7,6 +7,7 @@ within the timeout), "oracle" (the single-process reference itself failed) or "s
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import traceback
@@ -326,7 +327,42 @@ def _chunked(case: Case, model: Any, atoms: Atoms, timeout: float) -> Outcome:
     evaluator = ChunkedEvaluator(model, n_layers=case.model.n_layers, grid=grid)
     result = oracle.requested(evaluator(Batch.from_atoms(atoms), properties), properties)
     worst = _check_ranks([result], ref, len(atoms), f"chunked {grid}")
+    worst = _worst(worst, _chunked_ranks(case, model, atoms, timeout, ref, properties))
     return Outcome(case, "pass", deviations=worst)
+
+
+def _chunked_ranks(
+    case: Case, model: Any, atoms: Atoms, timeout: float, ref: dict, properties: tuple
+) -> dict[str, float]:
+    """`DomainConfig(chunk_atoms=...)` at the case's ranks: first one chunk a rank, then
+    chunks of 60% of the largest of those (unless the ghost shell alone is bigger)."""
+
+    def run(chunk_atoms: int) -> list[dict]:
+        return _simulated(
+            case,
+            lambda comm: replicated(
+                comm,
+                model,
+                atoms,
+                properties,
+                case.grid,
+                case.skin,
+                chunk_atoms=chunk_atoms,
+                halo_layers=case.model.n_layers,
+            ),
+            timeout,
+        )
+
+    whole = run(10**9)
+    worst = _check_ranks(whole, ref, len(atoms), "one chunk a rank")
+    largest = max((int(r["chunk_rows"].max()) for r in whole if "chunk_rows" in r), default=0)
+    try:
+        split = run(max(1, math.ceil(0.6 * largest)))
+    except RuntimeError as err:
+        if "are not possible" not in str(err):
+            raise
+        return worst
+    return _worst(worst, _check_ranks(split, ref, len(atoms), "chunks of 60%"))
 
 
 RUNNERS = {

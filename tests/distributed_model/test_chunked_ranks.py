@@ -1,0 +1,130 @@
+"""Sub-domains evaluated in chunks (`DomainConfig(chunk_atoms=...)`): each rank evaluates its
+atoms chunk by chunk, every chunk with a ghost shell of the model's layers x cutoff, and the
+results equal one process (float64 tolerances), at 1 to 4 ranks, for a kernel model (LJ), an
+autograd MPNN and tiny MACE, periodic, slab and open, with empty ranks; NVE trajectories
+through DomainParallel stay on the single-process one."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import ase.build
+import numpy as np
+import pytest
+import torch
+from ase import Atoms
+from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
+
+
+def _copper(pbc: tuple[bool, bool, bool], repeat: tuple[int, int, int] = (6, 5, 4)) -> Atoms:
+    """Rattled fcc Cu (480 atoms by default); open axes get no cell vector."""
+    atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat(repeat)
+    atoms.rattle(0.05, seed=1)
+    atoms.pbc = pbc
+    atoms.cell[[axis for axis in range(3) if not pbc[axis]]] = 0.0
+    return atoms
+
+
+SYSTEMS = {"bulk": (True, True, True), "slab": (True, True, False), "cluster": (False,) * 3}
+MODELS = {
+    # (model, rows per chunk at 1, 2, 3, 4 ranks: small enough for several chunks a rank)
+    "lj": (lambda: LennardJonesModel(0.0104, 2.3, 4.0, shift=True), (400, 300, 300, 200)),
+    "mpnn": (lambda: SimpleMPNN(cutoff=3.0, hidden=8, n_layers=2).double(), (400, 350, 350, 300)),
+}
+
+
+def _check(results: list[dict], ref: dict, n_atoms: int, chunk_atoms: int, label: str) -> None:
+    owned = [int(r["n_owned"]) for r in results]
+    assert sum(owned) == n_atoms, owned
+    chunks = []
+    for rank, result in enumerate(results):
+        assert_close(errors(result, ref, n_atoms), f"{label} rank {rank}")
+        if owned[rank]:
+            rows = result["chunk_rows"]
+            assert int(rows.max()) <= chunk_atoms, (label, rank, rows)
+            chunks.append(len(rows))
+    assert max(chunks) >= 2, f"{label}: no rank needed more than one chunk {chunks}"
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("kind", MODELS)
+def test_chunks_on_every_rank_equal_one_process(kind: str, system: str, world_size: int) -> None:
+    make, limits = MODELS[kind]
+    model, atoms, chunk_atoms = make(), _copper(SYSTEMS[system]), limits[world_size - 1]
+    properties = properties_for(atoms)
+    ref = reference(model, atoms, properties)
+    results = run_simulated(
+        world_size,
+        lambda comm: replicated(comm, model, atoms, properties, chunk_atoms=chunk_atoms),
+    )
+    _check(results, ref, len(atoms), chunk_atoms, f"{kind} {system} {world_size} ranks")
+
+
+def test_empty_ranks_join_the_exchange() -> None:
+    """A slab split along its open axis into four: most ranks own nothing."""
+    model, atoms, chunk_atoms = MODELS["mpnn"][0](), _copper(SYSTEMS["slab"], (6, 5, 2)), 150
+    atoms.cell[2] = [0.0, 0.0, 40.0]
+    properties = properties_for(atoms)
+    ref = reference(model, atoms, properties)
+    results = run_simulated(
+        4,
+        lambda comm: replicated(
+            comm, model, atoms, properties, grid=(1, 1, 4), chunk_atoms=chunk_atoms
+        ),
+    )
+    assert [int(r["n_owned"]) for r in results].count(0) >= 1
+    _check(results, ref, len(atoms), chunk_atoms, "slab z-split")
+
+
+@pytest.mark.mace
+@pytest.mark.skipif(importlib.util.find_spec("mace") is None, reason="needs mace-torch")
+def test_mace_chunks_on_two_ranks() -> None:
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace, with_two_species
+
+    model = MACEWrapper(tiny_mace())
+    atoms = with_two_species(_copper(SYSTEMS["bulk"], (5, 4, 4)))
+    properties = properties_for(atoms)
+    ref = reference(model, atoms, properties)
+    chunk_atoms = 900
+    results = run_simulated(
+        2, lambda comm: replicated(comm, model, atoms, properties, chunk_atoms=chunk_atoms)
+    )
+    _check(results, ref, len(atoms), chunk_atoms, "tiny MACE")
+
+
+def test_nve_trajectory_in_chunks_follows_one_process() -> None:
+    """Atoms migrate between ranks and views are rebuilt; positions stay on the reference."""
+    make, limits = MODELS["mpnn"]
+    model, atoms, chunk_atoms = make(), _copper(SYSTEMS["bulk"], (4, 4, 3)), limits[2]
+    atoms.rattle(0.2, seed=3)
+    MaxwellBoltzmannDistribution(atoms, temperature_K=600, rng=np.random.default_rng(3))
+    steps = 6
+    reference_batch, dynamics = Batch.from_atoms(atoms), NVE(model, 2.0, skin=0.4)
+    for _ in range(steps):
+        dynamics.step(reference_batch)
+
+    def per_rank(comm):
+        config = DomainConfig(model.cutoff, 0.4, comm, chunk_atoms=chunk_atoms)
+        with DomainParallel(NVE(model, 2.0, skin=0.4), config, steps) as dd:
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            dd.run()
+            return dd.gather(dd.batch), dd.model.domain.rebuilds
+
+    for final, rebuilds in run_simulated(3, per_rank):
+        assert rebuilds >= 1
+        torch.testing.assert_close(final.positions, reference_batch.positions, atol=1e-10, rtol=0)
+
+
+def test_chunks_need_the_halo_strategy_and_an_eager_forward() -> None:
+    with pytest.raises(ValueError, match="halo strategy"):
+        DomainConfig(4.0, chunk_atoms=100, compile=True)
+    with pytest.raises(ValueError, match="positive number of rows"):
+        DomainConfig(4.0, chunk_atoms=0)
