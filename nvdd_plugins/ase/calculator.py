@@ -65,6 +65,8 @@ class DomainDecomposedCalculator(Calculator):
         device: torch device of the evaluation.
         strategy: `StrategyKind.HALO` (spatial sub-domains) or `StrategyKind.GRAPH_PARTITION`
             (index shards; for models that build their own graph).
+        chunk_atoms: evaluate each rank's atoms in chunks of at most this many rows, or
+            "auto" (see `DomainConfig.chunk_atoms`); None: at once.
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -84,6 +86,7 @@ class DomainDecomposedCalculator(Calculator):
         dtype: torch.dtype = torch.float64,
         device: str | torch.device = "cpu",
         strategy: StrategyKind = StrategyKind.HALO,
+        chunk_atoms: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,6 +96,7 @@ class DomainDecomposedCalculator(Calculator):
         self.dtype = dtype
         self.device = torch.device(device)
         self.strategy = StrategyKind(strategy)
+        self.chunk_atoms = chunk_atoms
         self._replicated: ReplicatedModel | None = None
 
     @property
@@ -100,7 +104,11 @@ class DomainDecomposedCalculator(Calculator):
         """The `ReplicatedModel` of the current decomposition (made on first use)."""
         if self._replicated is None:
             config = DomainConfig(
-                cutoff=self.model.cutoff, skin=self.skin, mesh=self.comm, strategy=self.strategy
+                cutoff=self.model.cutoff,
+                skin=self.skin,
+                mesh=self.comm,
+                strategy=self.strategy,
+                chunk_atoms=self.chunk_atoms,
             )
             self._replicated = ReplicatedModel(self.model, config)
         return self._replicated

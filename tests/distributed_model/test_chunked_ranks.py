@@ -100,6 +100,23 @@ def test_mace_chunks_on_two_ranks() -> None:
     _check(results, ref, len(atoms), chunk_atoms, "tiny MACE")
 
 
+def test_ase_calculator_in_chunks() -> None:
+    from nvdd_plugins.ase import DomainDecomposedCalculator
+
+    model, atoms = MODELS["mpnn"][0](), _copper(SYSTEMS["bulk"])
+    ref = reference(model, atoms, ("energy", "forces"))
+
+    def per_rank(comm):
+        mine = atoms.copy()
+        mine.calc = DomainDecomposedCalculator(model, skin=0.3, comm=comm, chunk_atoms=350)
+        return mine.get_potential_energy(), mine.get_forces(), mine.calc.replicated_model
+
+    for energy, forces, replicated_model in run_simulated(3, per_rank):
+        assert abs(energy - float(ref["energy"])) / len(atoms) < 1e-10
+        assert float(abs(forces - ref["forces"].numpy()).max()) < 1e-8
+        assert replicated_model.engine.chunks is not None
+
+
 def test_nve_trajectory_in_chunks_follows_one_process() -> None:
     """Atoms migrate between ranks and views are rebuilt; positions stay on the reference."""
     make, limits = MODELS["mpnn"]
