@@ -1,0 +1,66 @@
+"""A tiny random-weight AIMNet2 for tests, and aimnet's own calculator results for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from ase import Atoms
+from torch import nn
+
+from nvdd_plugins.models.aimnet2 import random_aimnet2
+
+SPECIES = (1, 6, 8)
+DSF_CUTOFF = 7.5
+
+
+def tiny_aimnet2(seed: int = 0, num_charge_channels: int = 1) -> nn.Module:
+    """3 passes, 4 features x 4 shifts, aimnet's cutoffs: AEV 5 Å, short-range Coulomb
+    4.6 Å."""
+    return random_aimnet2(5.0, 4.6, seed=seed, num_charge_channels=num_charge_channels)
+
+
+def with_species(atoms: Atoms, seed: int = 0) -> Atoms:
+    """`atoms` with H, C and O drawn at random."""
+    atoms = atoms.copy()
+    atoms.numbers = np.random.default_rng(seed).choice(SPECIES, len(atoms))
+    return atoms
+
+
+def aimnet_calculator(model: nn.Module, dsf_cutoff: float = DSF_CUTOFF):
+    """aimnet's `AIMNet2Calculator` for `model` with its external Coulomb set to damped
+    shifted force (its differentiable torch path: deterministic=True) and its input casts
+    set to float64 (it casts coordinates and cells to float32 as shipped)."""
+    from aimnet.calculators import AIMNet2Calculator
+
+    calc = AIMNet2Calculator(model, device="cpu", needs_coulomb=True, deterministic=True)
+    calc.set_lrcoulomb_method("dsf", cutoff=dsf_cutoff)
+    f64 = {torch.float32: torch.float64}
+    calc.keys_in = {k: f64.get(v, v) for k, v in calc.keys_in.items()}
+    calc.keys_in_optional = {k: f64.get(v, v) for k, v in calc.keys_in_optional.items()}
+    model._required_keys_dtype = [f64.get(d, d) for d in model._required_keys_dtype]
+    model._optional_keys_dtype = [f64.get(d, d) for d in model._optional_keys_dtype]
+    return calc
+
+
+def aimnet_reference(
+    calc, atoms: Atoms, charge: float = 0.0, mult: float = 1.0
+) -> dict[str, torch.Tensor]:
+    """Energy, forces, charges and (with a cell volume) stress from aimnet's calculator."""
+    data = {
+        "coord": torch.tensor(atoms.positions),
+        "numbers": torch.tensor(atoms.numbers),
+        "charge": charge,
+        "mult": mult,
+    }
+    periodic = atoms.cell.rank == 3
+    if periodic:
+        data["cell"] = torch.tensor(atoms.cell.array)
+    out = calc(data, forces=True, stress=periodic)
+    ref = {
+        "energy": out["energy"].detach().reshape(1),
+        "forces": out["forces"].detach(),
+        "charges": out["charges"].detach(),
+    }
+    if periodic:
+        ref["stress"] = out["stress"].detach().reshape(1, 3, 3)
+    return ref
