@@ -143,6 +143,15 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
             neighbor_config=NeighborConfig(cutoff=float(cutoff)),
         )
 
+    @classmethod
+    def from_calculator(cls, calc: Any, charge: float = 0.0, mult: float = 1.0) -> AIMNet2Wrapper:
+        """The model and external Coulomb of an aimnet `AIMNet2Calculator` (call its
+        `set_lrcoulomb_method("dsf")` first). External DFT-D3 dispersion is refused: this
+        wrapper does not distribute it."""
+        if calc.external_dftd3 is not None:
+            raise ValueError("the calculator adds DFT-D3 dispersion, which AIMNet2Wrapper lacks")
+        return cls(calc.model, calc.external_coulomb, charge, mult)
+
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom energies (eV), per-system energy and per-atom charges (e)."""
         from aimnet.modules import AtomicShift, LRCoulomb, Output, SRCoulomb

@@ -101,3 +101,13 @@ def test_float32_model_runs() -> None:
     wrapper = AIMNet2Wrapper(tiny_aimnet2().float())
     out = evaluate_model(wrapper, Batch.from_atoms(atoms, dtype=torch.float32), ("energy",))
     assert out["energies"].dtype == torch.float32
+
+
+def test_from_calculator_takes_its_model_and_coulomb() -> None:
+    calc = aimnet_calculator(tiny_aimnet2())
+    wrapper = AIMNet2Wrapper.from_calculator(calc, charge=1.0)
+    assert wrapper.model is calc.model and wrapper.coulomb is calc.external_coulomb
+    assert wrapper.charge == 1.0 and wrapper.cutoff == 7.5
+    calc.external_dftd3 = object()
+    with pytest.raises(ValueError, match="DFT-D3"):
+        AIMNet2Wrapper.from_calculator(calc)
