@@ -17,9 +17,9 @@ import argparse
 
 import numpy as np
 import torch
+from aimnet.modules import LRCoulomb
 from ase import Atoms
 from ase.build import molecule
-from aimnet.modules import LRCoulomb
 
 from nvdd_plugins import Batch
 from nvdd_plugins.ase import DomainDecomposedCalculator
