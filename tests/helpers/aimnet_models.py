@@ -7,7 +7,7 @@ import torch
 from ase import Atoms
 from torch import nn
 
-from nvdd_plugins.models.aimnet2 import random_aimnet2
+from nvdd_plugins.models.aimnet2 import AIMNet2Wrapper, random_aimnet2
 
 SPECIES = (1, 6, 8)
 DSF_CUTOFF = 7.5
@@ -64,3 +64,13 @@ def aimnet_reference(
     if periodic:
         ref["stress"] = out["stress"].detach().reshape(1, 3, 3)
     return ref
+
+
+def torture_aimnet2(cutoff: float, seed: int) -> AIMNet2Wrapper:
+    """A tiny AIMNet2 whose Coulomb partners reach `cutoff` (damped shifted force), AEV
+    cutoff 0.7 x `cutoff`; odd seeds carry a total charge of +1."""
+    from aimnet.modules import LRCoulomb
+
+    model = random_aimnet2(0.7 * cutoff, 0.6 * cutoff, seed=seed)
+    coulomb = LRCoulomb(key_out="energy", method="dsf", dsf_rc=cutoff, subtract_sr=False)
+    return AIMNet2Wrapper(model, coulomb.double(), charge=float(seed % 2))
