@@ -78,7 +78,8 @@ def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.
 
 def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
     """The halo spec of AIMNet2: per-molecule sums of the charge equilibration all-reduced
-    (`mol_sum_over_ranks`), per-atom "charges" besides the energy outputs. No fixed ghost
+    (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]` (so edges into ghost
+    rows are dropped), per-atom "charges" besides the energy outputs. No fixed ghost
     shell serves a front end without per-layer exchange (the sums are global), so
     `n_layers` is None."""
     distribution = DistributionSpec(
@@ -86,6 +87,7 @@ def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
         third_party_helpers=(
             PythonAdapter(target="aimnet.nbops:mol_sum", replacement=mol_sum_over_ranks),
         ),
+        edge_target_row=0,  # neighbour sums and pair energies go onto the centre atom i
     )
     kinds = {**ENERGY_KINDS, "charges": OutputKind.PER_NODE}
     return for_strategy(MLIPSpec(distribution=distribution, output_kinds=kinds), strategy)
@@ -157,6 +159,8 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         from aimnet.modules import AtomicShift, LRCoulomb, Output, SRCoulomb
 
         inputs = self.adapt_input(batch)
+        if not torch.compiler.is_compiling():
+            self.check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index
         r_ij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
         d_ij = torch.linalg.vector_norm(r_ij, dim=-1)
@@ -176,6 +180,15 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         energies = energies.to(inputs.positions.dtype)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
         return {"energies": energies, "energy": energy, "charges": data["charges"]}
+
+    def check_species(self, numbers: torch.Tensor) -> None:
+        """Raise a ValueError naming atomic numbers outside the model's embedding or its
+        metadata's "implemented_species" (aimnet's calculator checks the latter too)."""
+        metadata = getattr(self.model, "metadata", None) or {}
+        known = set(metadata.get("implemented_species") or range(1, self.model.afv.num_embeddings))
+        missing = sorted(set(numbers.tolist()) - known)
+        if missing:
+            raise ValueError(f"the AIMNet2 model has no parameters for atomic numbers {missing}")
 
     def _charges_and_features(self, inputs: ModelInputs, pairs: _Pairs) -> dict[str, Any]:
         """aimnet's passes (`AIMNet2.forward_prepared` on the wrapper's layout): "charges"

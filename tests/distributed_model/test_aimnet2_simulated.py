@@ -92,6 +92,22 @@ def test_charge_sums_left_per_rank_are_wrong() -> None:
     assert float((result[0]["forces"] - ref["forces"]).abs().max()) > 1e-6
 
 
+class _WrongTargetRow(AIMNet2Wrapper):
+    """Claims that pair sums go onto `edge_index[1]` (the wrapper writes onto row 0)."""
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        spec = super().distribution_spec(strategy)
+        distribution = dataclasses.replace(spec.distribution, edge_target_row=1)
+        return dataclasses.replace(spec, distribution=distribution)
+
+
+def test_a_wrong_target_row_claim_is_refused() -> None:
+    wrapper, atoms, _, _ = _case("bulk")
+    wrong = _WrongTargetRow(wrapper.model, wrapper.coulomb)
+    with pytest.raises(RuntimeError, match="edge_target_row"):
+        run_simulated(2, lambda comm: replicated(comm, wrong, atoms, PROPERTIES["bulk"]))
+
+
 def test_aimnet2_trajectory_matches_one_process() -> None:
     """40 NVE steps of a hot H/C/O crystal (atoms migrate) on 2 ranks: positions on the
     single-process trajectory."""

@@ -89,7 +89,7 @@ def test_cutoff_covers_the_coulomb_partners() -> None:
 def test_spec_all_reduces_the_charge_sums_and_survives_a_json_round_trip(tmp_path) -> None:
     spec = AIMNet2Wrapper(tiny_aimnet2()).distribution_spec()
     distribution = spec.distribution
-    assert not distribution.aggregations_marked
+    assert not distribution.aggregations_marked and distribution.edge_target_row == 0
     assert [h.target for h in distribution.third_party_helpers] == ["aimnet.nbops:mol_sum"]
     assert spec.output_kinds["charges"] == "per_node"
     spec.save(tmp_path / "aimnet2.json")
@@ -111,3 +111,14 @@ def test_from_calculator_takes_its_model_and_coulomb() -> None:
     calc.external_dftd3 = object()
     with pytest.raises(ValueError, match="DFT-D3"):
         AIMNet2Wrapper.from_calculator(calc)
+
+
+def test_unknown_species_raise() -> None:
+    atoms = with_species(SYSTEMS["cluster"]())
+    atoms.numbers[0] = 79
+    with pytest.raises(ValueError, match=r"no parameters for atomic numbers \[79\]"):
+        evaluate_model(AIMNet2Wrapper(tiny_aimnet2()), Batch.from_atoms(atoms))
+    model = tiny_aimnet2()
+    model.__dict__["_metadata"]["implemented_species"] = [1, 6]
+    with pytest.raises(ValueError, match=r"atomic numbers \[8, 79\]"):
+        evaluate_model(AIMNet2Wrapper(model), Batch.from_atoms(atoms))
