@@ -22,12 +22,12 @@ from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.aimnet_models import (
     aimnet_calculator,
     aimnet_reference,
+    assert_aimnet_close,
     tiny_aimnet2,
     with_species,
 )
 from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, properties_for, replicated
 from tests.helpers.systems import MD_SKIN, SYSTEMS, md_integrator, triclinic_bulk
-from tests.models.test_aimnet2 import assert_aimnet_close
 
 pytestmark = pytest.mark.aimnet
 

@@ -8,6 +8,7 @@ from ase import Atoms
 from torch import nn
 
 from nvdd_plugins.models.aimnet2 import AIMNet2Wrapper, random_aimnet2
+from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, STRESS_TOL
 
 SPECIES = (1, 6, 8)
 DSF_CUTOFF = 7.5
@@ -28,8 +29,8 @@ def with_species(atoms: Atoms, seed: int = 0) -> Atoms:
 
 def aimnet_calculator(model: nn.Module, dsf_cutoff: float = DSF_CUTOFF):
     """aimnet's `AIMNet2Calculator` for `model` with its external Coulomb set to damped
-    shifted force (its differentiable torch path: deterministic=True) and its input casts
-    set to float64 (it casts coordinates and cells to float32 as shipped)."""
+    shifted force (its differentiable torch path: deterministic=True) and its input casts,
+    and `model`'s, set to float64 (as shipped they cast coordinates and cells to float32)."""
     from aimnet.calculators import AIMNet2Calculator
 
     calc = AIMNet2Calculator(model, device="cpu", needs_coulomb=True, deterministic=True)
@@ -74,3 +75,10 @@ def torture_aimnet2(cutoff: float, seed: int) -> AIMNet2Wrapper:
     model = random_aimnet2(0.7 * cutoff, 0.6 * cutoff, seed=seed)
     coulomb = LRCoulomb(key_out="energy", method="dsf", dsf_rc=cutoff, subtract_sr=False)
     return AIMNet2Wrapper(model, coulomb.double(), charge=float(seed % 2))
+
+
+def assert_aimnet_close(errs: dict[str, float], label: str = "") -> None:
+    """The float64 tolerances of docs/torture.md; charges as tight as per-atom energies."""
+    limits = {"energy": ENERGY_PER_ATOM_TOL, "forces": FORCES_TOL, "stress": STRESS_TOL}
+    for name, err in errs.items():
+        assert err < limits.get(name, ENERGY_PER_ATOM_TOL), (label, errs)

@@ -12,13 +12,13 @@ from nvdd_plugins.models import AIMNet2Wrapper
 from tests.helpers.aimnet_models import (
     aimnet_calculator,
     aimnet_reference,
+    assert_aimnet_close,
     tiny_aimnet2,
     with_species,
 )
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import properties_for, replicated
 from tests.helpers.systems import SYSTEMS
-from tests.models.test_aimnet2 import assert_aimnet_close
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.aimnet]
 
