@@ -103,3 +103,14 @@ def test_sevennet_example() -> None:
     output = _ok([sys.executable, str(script), "--ranks", "2", "--cells", "2"], 240)
     error = float(output.split("max |force difference|:")[1].split()[0])
     assert "2 interaction layers" in output and error < 1e-8
+
+
+@pytest.mark.aimnet
+@pytest.mark.skipif(importlib.util.find_spec("aimnet") is None, reason="needs aimnet")
+def test_aimnet2_example() -> None:
+    script = EXAMPLES / "models" / "aimnet2_dd.py"
+    command = [sys.executable, str(script), "--ranks", "2", "--molecules", "2", "--charge", "1"]
+    output = _ok(command, 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    charge = float(output.split("equilibrated charges:")[1].split()[0])
+    assert abs(charge - 1) < 1e-4 and error < 1e-8

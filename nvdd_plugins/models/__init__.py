@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.models.aimnet2 import AIMNet2Wrapper, random_aimnet2
 from nvdd_plugins.models.base import (
     BaseModelMixin,
     ModelConfig,
@@ -26,6 +27,7 @@ from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 
 __all__ = [
     "SPEC_LJ_HALO",
+    "AIMNet2Wrapper",
     "BaseModelMixin",
     "ChunkPlan",
     "ChunkedEvaluator",
@@ -43,6 +45,7 @@ __all__ = [
     "energy_derivatives",
     "evaluate_model",
     "new_strain",
+    "random_aimnet2",
     "random_mace",
     "random_sevennet",
 ]

@@ -30,7 +30,13 @@ from tests.helpers import oracle
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import properties_for, reference, replicated
 from tests.torture.cases import Case
-from tests.torture.zoo import MACE_SPECIES, SPECIES, mace_available, sevenn_available
+from tests.torture.zoo import (
+    MACE_SPECIES,
+    SPECIES,
+    aimnet_available,
+    mace_available,
+    sevenn_available,
+)
 
 TIMEOUT_S = float(os.environ.get("TORTURE_TIMEOUT", "30"))
 """Hard limit of one simulated case (seconds); gloo cases get twice as long."""
@@ -382,6 +388,8 @@ def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:
         outcome = Outcome(case, "skip", detail="mace-torch is not importable")
     elif case.model.kind == "sevennet" and not sevenn_available():
         outcome = Outcome(case, "skip", detail="sevenn is not importable")
+    elif case.model.kind == "aimnet2" and not aimnet_available():
+        outcome = Outcome(case, "skip", detail="aimnet is not installed")
     else:
         limit = timeout + 0.05 * case.steps * case.world_size
         try:

@@ -111,3 +111,16 @@ every pbc), graph partition with 30-step trajectories."""
 def test_sevennet_case(seed: int) -> None:
     case = replace(_case(seed, SEVENNET_PATHS), model=ModelSpec("sevennet", 4.5, seed=seed))
     _check(replace(case, n_atoms=len(case.atoms())))
+
+
+AIMNET2_PATHS = SEVENNET_PATHS
+"""Drawn cases with the zoo's AIMNet2 in place of the drawn model (charge equilibration
+all-reduced over the ranks, damped shifted force Coulomb up to the case's cutoff): the
+SevenNet cases' seeds and paths."""
+
+
+@pytest.mark.aimnet
+@pytest.mark.parametrize("seed", SEVENNET_SEEDS)
+def test_aimnet2_case(seed: int) -> None:
+    case = replace(_case(seed, AIMNET2_PATHS), model=ModelSpec("aimnet2", 4.5, seed=seed))
+    _check(replace(case, n_atoms=len(case.atoms())))

@@ -7,8 +7,8 @@ exactly zero at and beyond the cutoff. Ops that are non-deterministic with dupli
 (copy, put without accumulate, scatter) get a unique index set: per target node the edge of
 minimum length (near ties broken by a fixed direction). The zoo also holds `SimpleMPNN`
 (minimum image), the Morse-like `ShiftPairModel`, the shipped Lennard-Jones kernel model,
-a tiny MACE and a tiny SevenNet (not drawn at random: sevenn runs in its own environment,
-on chosen cases).
+a tiny MACE, a tiny SevenNet and a tiny AIMNet2 (the last two not drawn at random: they
+run on chosen cases).
 """
 
 from __future__ import annotations
@@ -247,9 +247,10 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A zoo model: `kind` in MODEL_KINDS or "sevennet", its cutoff (Å), and for "mpnn" one op
-    and one target ("receivers"/"senders") per layer; `minimum_image` picks minimum-image
-    pair vectors instead of the neighbour list's shifts. Weights are drawn from `seed`."""
+    """A zoo model: `kind` in MODEL_KINDS, "sevennet" or "aimnet2", its cutoff (Å), and for
+    "mpnn" one op and one target ("receivers"/"senders") per layer; `minimum_image` picks
+    minimum-image pair vectors instead of the neighbour list's shifts. Weights are drawn
+    from `seed`."""
 
     kind: str
     cutoff: float
@@ -268,6 +269,8 @@ class ModelSpec:
         """Message-passing layers: cutoffs an atom's energy can see."""
         if self.kind in ("mpnn", "simple", "radius_graph"):
             return max(1, len(self.ops))
+        if self.kind == "aimnet2":
+            return 3
         return 2 if self.kind in ("mace", "sevennet") else 1
 
     @property
@@ -318,6 +321,10 @@ class ModelSpec:
 
             model = random_sevennet(SPECIES, cutoff=self.cutoff, seed=self.seed)
             return SevenNetWrapper(model)
+        if self.kind == "aimnet2":
+            from tests.helpers.aimnet_models import torture_aimnet2
+
+            return torture_aimnet2(self.cutoff, self.seed)
         raise ValueError(f"unknown zoo model kind {self.kind!r}")
 
 
@@ -333,6 +340,11 @@ def sevenn_available() -> bool:
     except (ImportError, ValueError):
         return False
     return True
+
+
+def aimnet_available() -> bool:
+    """Whether aimnet is installed (the aimnet extra)."""
+    return importlib.util.find_spec("aimnet") is not None
 
 
 def mace_available() -> bool:

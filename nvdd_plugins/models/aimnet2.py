@@ -1,0 +1,347 @@
+"""`AIMNet2Wrapper`: AIMNet2 (aimnet) models as nvdd model wrappers.
+
+The wrapper runs aimnet's own modules (embedding, AEV basis, `ConvSV` projections, the
+interaction MLPs, `_update_q` with its charge equilibration, the output heads) on nvdd's
+edge list, and turns every energy term into per-atom energies:
+
+* local: the AEV and the convolutions (neighbours within the AEV cutoff). aimnet sums
+  neighbour features with a gather and an einsum over a padded neighbour matrix, which no
+  aggregation interception sees; the wrapper writes the same sum as an `index_add_` onto
+  the centre atoms, so ghost rows are refreshed after every pass (exact for any number of
+  passes with a ghost shell of one cutoff);
+* global: the charge equilibration (NQE/NSE) of each pass needs the sums over each
+  molecule of the raw charges and weights. Inside a distributed forward aimnet's
+  `nbops.mol_sum` is swapped (`PythonAdapter`) for a sum over this rank's owned atoms
+  followed by `summed_over_ranks` (an `OpAdapter` with `AllReduceSum`: one all-reduce per
+  sum, its adjoint in the backward), so every rank sees the whole molecule's totals;
+* local again: Coulomb. aimnet's "simple" method sums all pairs and Ewald/PME have a
+  reciprocal-space part, neither of which is local; the wrapper takes aimnet's damped
+  shifted force form ("dsf", the method aimnet's calculator switches to for periodic
+  cells), a pair term within `dsf_rc` split half onto each atom, plus the self term. The
+  model's neighbour cutoff is then max(AEV cutoff, `dsf_rc`): the ghost shell must hold
+  every partner within `dsf_rc`, whose charges are exact after each pass's refresh.
+  The short-range Coulomb that models trained with "simple" embed (`SRCoulomb`, or
+  `LRCoulomb(subtract_sr=True)`) is a pair term within the AEV cutoff, split the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import handle_torch_function, has_torch_function_unary
+
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.data import Batch
+from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
+from nvdd_plugins.models.seeding import seeded_weights
+from nvdd_plugins.spec import (
+    ENERGY_KINDS,
+    AllReduceSum,
+    DistributionSpec,
+    MLIPSpec,
+    OpAdapter,
+    OutputKind,
+    PythonAdapter,
+    for_strategy,
+)
+
+__all__ = [
+    "AIMNet2Wrapper",
+    "aimnet2_spec",
+    "mol_sum_over_ranks",
+    "random_aimnet2",
+    "summed_over_ranks",
+]
+
+
+def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """Identity in one process. In a distributed forward whose spec adapts it with
+    `AllReduceSum` (`aimnet2_spec`), `tensor` is this rank's partial of a per-system sum
+    and the result is the sum over all ranks."""
+    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
+        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
+    return tensor
+
+
+def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
+    """aimnet's `nbops.mol_sum` in the wrapper's layout (rows of molecule `data["mol_idx"]`,
+    `data["_num_mol"]` molecules): the owned rows' sum (the interception drops the other
+    rows of a node -> system sum), summed over ranks."""
+    out = x.new_zeros(int(data["_num_mol"]), *x.shape[1:])
+    return summed_over_ranks(out.index_add_(0, data["mol_idx"], x))
+
+
+def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
+    """The halo spec of AIMNet2: per-molecule sums of the charge equilibration all-reduced
+    (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]` (so edges into ghost
+    rows are dropped), per-atom "charges" besides the energy outputs. No fixed ghost
+    shell serves a front end without per-layer exchange (the sums are global), so
+    `n_layers` is None."""
+    distribution = DistributionSpec(
+        custom_ops=(OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()}),),
+        third_party_helpers=(
+            PythonAdapter(target="aimnet.nbops:mol_sum", replacement=mol_sum_over_ranks),
+        ),
+        edge_target_row=0,  # neighbour sums and pair energies go onto the centre atom i
+    )
+    kinds = {**ENERGY_KINDS, "charges": OutputKind.PER_NODE}
+    return for_strategy(MLIPSpec(distribution=distribution, output_kinds=kinds), strategy)
+
+
+class AIMNet2Wrapper(nn.Module, BaseModelMixin):
+    """Wrap an aimnet `AIMNet2` model (e.g. `AIMNet2Calculator(...).model`, or
+    `random_aimnet2()`).
+
+    Args:
+        model: the AIMNet2 model; its output heads may be `Output`, `AtomicShift`,
+            `AtomicSum` (skipped: nvdd sums), `SRCoulomb` and `LRCoulomb` with method "dsf",
+            all onto "energy".
+        coulomb: the external Coulomb term aimnet's calculator adds (its `external_coulomb`
+            after `set_lrcoulomb_method("dsf", ...)`), or None.
+        charge: total charge of each system (e).
+        mult: spin multiplicity of each system (models with two charge channels).
+
+    Like aimnet's calculator, the wrapper is for inference: the model's parameters are
+    frozen. Outputs: per-atom "energies" (eV), "energy" and per-atom "charges" (e).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        coulomb: nn.Module | None = None,
+        charge: float = 0.0,
+        mult: float = 1.0,
+    ) -> None:
+        super().__init__()
+        from aimnet.models.aimnet2 import AIMNet2  # optional dependency
+        from aimnet.modules import AtomicShift, AtomicSum, LRCoulomb, Output, SRCoulomb
+
+        if not isinstance(model, AIMNet2):
+            raise TypeError(f"expected an aimnet AIMNet2 model, got {type(model).__name__}")
+        self.model = model.requires_grad_(False)
+        self.coulomb = coulomb.requires_grad_(False) if coulomb is not None else None
+        self.charge, self.mult = float(charge), float(mult)
+        heads = [*model.outputs.children(), *([coulomb] if coulomb is not None else [])]
+        for head in heads:
+            if not isinstance(head, Output | AtomicShift | AtomicSum | SRCoulomb | LRCoulomb):
+                raise ValueError(f"unsupported AIMNet2 output module {type(head).__name__}")
+            if head.key_out != "energy" or getattr(head, "reduce_sum", False):
+                raise ValueError(f"{type(head).__name__} must add per-atom terms to 'energy'")
+            if isinstance(head, LRCoulomb) and head.method != "dsf":
+                raise ValueError(
+                    f"Coulomb method {head.method!r} is not local (all pairs or reciprocal "
+                    "space); select aimnet's damped shifted force: method 'dsf'"
+                )
+        self.aev_cutoff = float(model.aev.rc_s)
+        cutoff = max([self.aev_cutoff] + [h.dsf_rc for h in heads if isinstance(h, LRCoulomb)])
+        self.model_config = ModelConfig(
+            autograd_outputs=frozenset({"forces", "stress"}),
+            autograd_inputs=frozenset({"positions"}),
+            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
+        )
+
+    @classmethod
+    def from_calculator(cls, calc: Any, charge: float = 0.0, mult: float = 1.0) -> AIMNet2Wrapper:
+        """The model and external Coulomb of an aimnet `AIMNet2Calculator` (call its
+        `set_lrcoulomb_method("dsf")` first). External DFT-D3 dispersion is refused: this
+        wrapper does not distribute it."""
+        if calc.external_dftd3 is not None:
+            raise ValueError("the calculator adds DFT-D3 dispersion, which AIMNet2Wrapper lacks")
+        return cls(calc.model, calc.external_coulomb, charge, mult)
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Per-atom energies (eV), per-system energy and per-atom charges (e)."""
+        from aimnet.modules import AtomicShift, LRCoulomb, Output, SRCoulomb
+
+        inputs = self.adapt_input(batch)
+        if not torch.compiler.is_compiling():
+            self.check_species(inputs.atomic_numbers)
+        i, j = inputs.edge_index
+        r_ij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
+        d_ij = torch.linalg.vector_norm(r_ij, dim=-1)
+        near = d_ij < self.aev_cutoff
+        pairs = _Pairs(i[near], j[near], r_ij[near], d_ij[near], inputs.positions.shape[0])
+        data = self._charges_and_features(inputs, pairs)
+        energies = torch.zeros(pairs.n_atoms, dtype=torch.float64, device=d_ij.device)
+        for head in [*self.model.outputs.children(), self.coulomb]:
+            if isinstance(head, Output | AtomicShift):
+                data["energy"] = energies.to(inputs.positions.dtype)
+                energies = head(data)["energy"].to(torch.float64)
+            elif isinstance(head, SRCoulomb) or (isinstance(head, LRCoulomb) and head.subtract_sr):
+                energies = energies - _short_range_coulomb(head, pairs, data["charges"])
+            if isinstance(head, LRCoulomb):
+                dsf = _dsf_coulomb(head, i, j, d_ij, data["charges"], pairs.n_atoms)
+                energies = energies + dsf
+        energies = energies.to(inputs.positions.dtype)
+        energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
+        return {"energies": energies, "energy": energy, "charges": data["charges"]}
+
+    def check_species(self, numbers: torch.Tensor) -> None:
+        """Raise a ValueError naming atomic numbers outside the model's embedding or its
+        metadata's "implemented_species" (aimnet's calculator checks the latter too)."""
+        metadata = getattr(self.model, "metadata", None) or {}
+        known = set(metadata.get("implemented_species") or range(1, self.model.afv.num_embeddings))
+        missing = sorted(set(numbers.tolist()) - known)
+        if missing:
+            raise ValueError(f"the AIMNet2 model has no parameters for atomic numbers {missing}")
+
+    def _charges_and_features(self, inputs: ModelInputs, pairs: _Pairs) -> dict[str, Any]:
+        """aimnet's passes (`AIMNet2.forward_prepared` on the wrapper's layout): "charges"
+        after equilibration, "aim" the features of the energy heads."""
+        model = self.model
+        numbers = inputs.atomic_numbers
+        data: dict[str, Any] = {
+            "numbers": numbers,
+            "mol_idx": inputs.batch_idx,
+            "_nb_mode": torch.tensor(1),
+            "_num_mol": torch.tensor(inputs.num_graphs),
+            "_input_padded": torch.tensor(False),
+            "charge": inputs.positions.new_full((inputs.num_graphs,), self.charge),
+            "mult": inputs.positions.new_full((inputs.num_graphs,), self.mult),
+        }
+        a = model.afv(numbers)
+        data["a"] = a.unflatten(-1, (model.nfeature, model.nshifts_s)) if model.d2features else a
+        if model.num_charge_channels == 2:
+            data = model._preprocess_spin_polarized_charge(data)
+        else:
+            data["charge"] = data["charge"].unsqueeze(-1)
+        g_sv = model.aev._calc_aev(pairs.r_ij, pairs.d_ij, {"mask_ij": pairs.d_ij < 0})
+        last = len(model.mlps) - 1
+        for ipass, mlp in enumerate(model.mlps):
+            parts = [data["a"].flatten(1), pairs.convolve(model.conv_a, data["a"], g_sv)]
+            if ipass > 0:
+                parts += [data["charges"], pairs.convolve(model.conv_q, data["charges"], g_sv)]
+            out = mlp(torch.cat(parts, dim=-1))
+            if ipass < last:
+                data = model._update_q(data, out, delta_q=ipass > 0)
+            else:
+                data["aim"] = out
+        if model.num_charge_channels == 2:
+            data = model._postprocess_spin_polarized_charge(data)
+        else:
+            data["charges"] = data["charges"].squeeze(-1)
+        return data
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`aimnet2_spec(strategy)`."""
+        return aimnet2_spec(strategy)
+
+
+class _Pairs:
+    """The pairs (i, j) within the AEV cutoff: vectors r_ij = x_j - x_i (+ shift)."""
+
+    def __init__(
+        self, i: torch.Tensor, j: torch.Tensor, r_ij: torch.Tensor, d_ij: torch.Tensor, n: int
+    ) -> None:
+        self.i, self.j, self.r_ij, self.d_ij, self.n_atoms = i, j, r_ij, d_ij, n
+
+    def convolve(self, conv: nn.Module, features: torch.Tensor, g_sv: torch.Tensor) -> Any:
+        """aimnet's `ConvSV` on these pairs: neighbour features times the AEV basis, summed
+        onto the centre atom (an aggregation nvdd refreshes), then `ConvSV`'s projection."""
+        f_j = features[self.j]
+        if conv.d2features:  # (pairs, channels, shifts) x (pairs, shifts, 4)
+            per_pair = f_j.unsqueeze(-1) * g_sv.unsqueeze(1)
+        else:  # (pairs, channels) x (pairs, shifts, 4)
+            per_pair = f_j[:, :, None, None] * g_sv.unsqueeze(1)
+        summed = per_pair.new_zeros(self.n_atoms, *per_pair.shape[1:])
+        summed = summed.index_add_(0, self.i, per_pair)
+        return conv._finish_convolution({}, summed, 1)
+
+
+def _pair_energies_onto_atoms(
+    e_ij: torch.Tensor, i: torch.Tensor, head: nn.Module, n_atoms: int
+) -> torch.Tensor:
+    """aimnet's half-Hartree-times-Bohr factor times the sum of each atom's ordered pairs, in
+    float64 (each pair's energy split half onto each of its atoms)."""
+    out = torch.zeros(n_atoms, dtype=torch.float64, device=e_ij.device)
+    return head._factor * out.index_add_(0, i, e_ij.to(torch.float64))
+
+
+def _short_range_coulomb(head: nn.Module, pairs: _Pairs, q: torch.Tensor) -> torch.Tensor:
+    """Per-atom short-range Coulomb of aimnet's `_calc_coulomb_sr` (its envelope)."""
+    from aimnet import ops  # optional dependency
+
+    d = pairs.d_ij
+    if head.envelope == "exp":
+        fc = ops.exp_cutoff(d, head.rc)
+    else:
+        fc = ops.cosine_cutoff(d, float(head.rc))
+    e_ij = fc * q[pairs.i] * q[pairs.j] / d
+    return _pair_energies_onto_atoms(e_ij, pairs.i, head, pairs.n_atoms)
+
+
+def _dsf_coulomb(
+    head: nn.Module,
+    i: torch.Tensor,
+    j: torch.Tensor,
+    d_ij: torch.Tensor,
+    q: torch.Tensor,
+    n_atoms: int,
+) -> torch.Tensor:
+    """Per-atom damped-shifted-force Coulomb of aimnet's `LRCoulomb._coul_dsf_torch`: pair
+    terms within `dsf_rc` (aimnet's `coulomb_matrix_dsf`) and the self term."""
+    from aimnet import ops  # optional dependency
+
+    within = d_ij < head.dsf_rc
+    i, j, d = i[within], j[within], d_ij[within]
+    pair = ops.coulomb_matrix_dsf(d, head.dsf_rc, head.dsf_alpha, {"mask_ij_lr": d < 0})
+    energies = _pair_energies_onto_atoms(q[i] * q[j] * pair, i, head, n_atoms)
+    alpha, rc = head.dsf_alpha, head.dsf_rc
+    self_coeff = -(math.erfc(alpha * rc) / (2 * rc) + alpha / math.sqrt(math.pi))
+    return energies + 2.0 * head._factor * self_coeff * q.to(torch.float64).pow(2)
+
+
+def random_aimnet2(
+    cutoff: float = 4.0,
+    sr_cutoff: float = 3.6,
+    nfeature: int = 4,
+    nshifts: int = 4,
+    hidden: int = 16,
+    num_charge_channels: int = 1,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> nn.Module:
+    """A random-weight AIMNet2 from aimnet's bundled `aimnet2.yaml`, shrunk, in the layout of
+    aimnet's released models: heads `Output`, `AtomicShift`, `AtomicSum`, `SRCoulomb`
+    (short-range Coulomb below `sr_cutoff` embedded, the full Coulomb left to the calculator:
+    metadata "sr_embedded"). Nothing is downloaded. Weights depend only on `seed`."""
+    import aimnet.models  # optional dependency
+    from aimnet.config import build_module, load_yaml
+
+    config = load_yaml(os.path.join(os.path.dirname(aimnet.models.__file__), "aimnet2.yaml"))
+    kwargs = config["kwargs"]
+    kwargs.update(
+        nfeature=nfeature,
+        ncomb_v=nshifts,
+        hidden=[[hidden], [hidden], [hidden, hidden]],
+        aim_size=hidden,
+        aev={"rc_s": float(cutoff), "nshifts_s": nshifts},
+        num_charge_channels=num_charge_channels,
+    )
+    energy = copy.deepcopy(kwargs["outputs"]["energy_mlp"])
+    energy["kwargs"].update(n_in=hidden, mlp={**energy["kwargs"]["mlp"], "hidden": [hidden]})
+    sr = {"rc": float(sr_cutoff), "key_in": "charges", "key_out": "energy", "envelope": "exp"}
+    kwargs["outputs"] = {
+        "energy_mlp": energy,
+        "atomic_shift": kwargs["outputs"]["atomic_shift"],
+        "atomic_sum": kwargs["outputs"]["atomic_sum"],
+        "srcoulomb": {"class": "aimnet.modules.SRCoulomb", "kwargs": sr},
+    }
+    with seeded_weights(seed):
+        model = build_module(config)
+    model = model.to(dtype)
+    model.cutoff = float(cutoff)
+    model.__dict__["_metadata"] = {
+        "cutoff": float(cutoff),
+        "needs_coulomb": True,
+        "needs_dispersion": False,
+        "coulomb_mode": "sr_embedded",
+        "coulomb_sr_rc": float(sr_cutoff),
+        "coulomb_sr_envelope": "exp",
+    }
+    return model
