@@ -27,7 +27,7 @@ from nvdd_plugins.models import (
     energy_derivatives,
     new_strain,
 )
-from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
+from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, policy_for
 
 __all__ = ["HaloEngine"]
 
@@ -199,6 +199,17 @@ def _chunked_evaluator(
         if kind is not OutputKind.PER_NODE and name not in ("energy", "stress")
     }
     n_layers = max(spec.n_layers or 0, config.halo_layers or 0)
+    global_sums = any(
+        isinstance(transform, AllReduceSum)
+        for adapter in spec.distribution.custom_ops
+        for transform in (*adapter.arg_transforms.values(), *adapter.output_transforms.values())
+    )
+    if global_sums:
+        raise ValueError(
+            f"chunk_atoms cannot evaluate {type(model).__name__}: its spec sums over the "
+            "whole system during the forward (an OpAdapter with AllReduceSum, e.g. charge "
+            "equilibration), which a chunk cannot see"
+        )
     if whole or not n_layers:
         raise ValueError(
             "chunk_atoms evaluates per-atom outputs that depend only on atoms within the "

@@ -140,6 +140,24 @@ def test_nve_trajectory_in_chunks_follows_one_process() -> None:
         torch.testing.assert_close(final.positions, reference_batch.positions, atol=1e-10, rtol=0)
 
 
+def test_models_with_global_sums_are_refused() -> None:
+    """A spec whose forward all-reduces (charge equilibration) cannot run chunk by chunk."""
+    from dataclasses import replace
+
+    from nvdd_plugins import DistributedModel
+    from nvdd_plugins.spec import AllReduceSum, OpAdapter
+
+    class GlobalSumMPNN(SimpleMPNN):
+        def distribution_spec(self, strategy=None):
+            spec = super().distribution_spec(strategy)
+            summed = OpAdapter(op=torch.ops.aten.sum.default, output_transforms={0: AllReduceSum()})
+            return replace(spec, distribution=replace(spec.distribution, custom_ops=(summed,)))
+
+    model = GlobalSumMPNN(cutoff=3.0, hidden=8, n_layers=2).double()
+    with pytest.raises(ValueError, match="sums over the whole system"):
+        DistributedModel(model, DomainConfig(model.cutoff, chunk_atoms=100))
+
+
 def test_chunks_need_the_halo_strategy_and_an_eager_forward() -> None:
     with pytest.raises(ValueError, match="halo strategy"):
         DomainConfig(4.0, chunk_atoms=100, compile=True)
