@@ -183,4 +183,5 @@ def build_graph_view(
         edge_index=edge_index,
         edge_unit_shifts=edge_units,
         padding_positions=padding,
+        wrapped_axes=pbc.reshape(3).to(device=device, dtype=torch.bool),
     )
