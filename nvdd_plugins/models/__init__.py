@@ -11,7 +11,8 @@ from nvdd_plugins.models.base import (
     NeighborConfig,
     NeighborListFormat,
 )
-from nvdd_plugins.models.chunked import ChunkedEvaluator, ChunkPlan
+from nvdd_plugins.models.chunk_grid import ChunkPlan
+from nvdd_plugins.models.chunked import ChunkedEvaluator
 from nvdd_plugins.models.evaluate import (
     ModelEvaluator,
     apply_strain,

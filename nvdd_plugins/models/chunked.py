@@ -14,62 +14,32 @@ to the system's. The ghost shell is recomputed work: `ChunkPlan.redundancy` repo
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.decomposition import (
-    DecompositionFrame,
-    GhostImages,
-    SpatialPartitioner,
-    choose_rank_grid,
-)
+from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 from nvdd_plugins.models.base import BaseModelMixin
+from nvdd_plugins.models.chunk_grid import (
+    ChunkPlan,
+    chunk_rows,
+    fitting_chunks,
+    partitioned,
+    probe_grid,
+)
 from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
 from nvdd_plugins.spec import ENERGY_KINDS, OutputKind
 
-__all__ = ["ChunkPlan", "ChunkedEvaluator"]
+__all__ = ["ChunkedEvaluator"]
 
 logger = logging.getLogger(__name__)
 
 # Share of the free device memory a chunk may use when the chunk size is chosen for the user.
 _MEMORY_FRACTION = 0.8
 _PROBE_ROWS = 4096
-
-
-@dataclass(frozen=True)
-class ChunkPlan:
-    """How a system is cut into chunks.
-
-    Attributes:
-        grid: chunks per axis.
-        rows: rows (owned atoms + ghost images) of each chunk evaluated (one that owns
-            atoms).
-        n_atoms: atoms evaluated.
-    """
-
-    grid: tuple[int, int, int]
-    rows: tuple[int, ...]
-    n_atoms: int
-
-    @classmethod
-    def of(cls, partitioner: SpatialPartitioner, images: GhostImages, n_targets: int) -> ChunkPlan:
-        """The plan of chunks `partitioner` holding `images`, `n_targets` atoms to evaluate:
-        the rows of every chunk that holds one of them."""
-        size = partitioner.world_size
-        rows = torch.bincount(images.ranks, minlength=size)
-        targets = torch.bincount(images.ranks[images.rows < n_targets], minlength=size)
-        return cls(tuple(partitioner.grid), tuple(rows[targets > 0].tolist()), n_targets)
-
-    @property
-    def redundancy(self) -> float:
-        """Rows evaluated per atom of the system, minus one: the shell's extra work."""
-        return sum(self.rows) / max(self.n_atoms, 1) - 1.0
 
 
 class ChunkedEvaluator:
@@ -172,7 +142,7 @@ class ChunkedEvaluator:
         self.last_plan = ChunkPlan.of(partitioner, images, n_targets)
         per_atom: dict[str, torch.Tensor] = {}
         totals: dict[str, torch.Tensor] = {}
-        chunks = _chunk_rows(partitioner, images, positions.detach(), n_targets)
+        chunks = chunk_rows(partitioner, images, positions.detach(), n_targets)
         start = time.perf_counter()
         for index, (atoms, units, n_owned) in enumerate(chunks):
             if n_owned == 0:
@@ -224,19 +194,6 @@ class ChunkedEvaluator:
         )
         return ChunkPlan.of(partitioner, images, batch.num_nodes)
 
-    def _partitioned(
-        self,
-        frame: DecompositionFrame,
-        positions: torch.Tensor,
-        n_chunks: int,
-        grid: tuple[int, int, int] | None = None,
-    ) -> tuple[SpatialPartitioner, GhostImages]:
-        """`n_chunks` chunks of `frame` (on `grid`, default the minimal-surface one) and the
-        images of `positions` each holds."""
-        grid = grid or choose_rank_grid(n_chunks, frame.widths.tolist())
-        partitioner = SpatialPartitioner(frame, n_chunks, grid, halo_width=self.shell)
-        return partitioner, partitioner.domain_images(positions)
-
     def _chunks(
         self,
         positions: torch.Tensor,
@@ -252,29 +209,20 @@ class ChunkedEvaluator:
         spanned = torch.where(open_axes, torch.zeros_like(cell), cell)
         frame = DecompositionFrame.from_system(positions[:n_targets], spanned, pbc)
         if self.grid is not None:
-            return self._partitioned(frame, positions, math.prod(self.grid), self.grid)
+            return partitioned(frame, positions, self.grid, self.shell)
         limit = self._row_limit(positions, atomic_numbers, cell, frame, n_targets)
-        widths = frame.widths.tolist()
-        grid = list(self._grid_hint or (1, 1, 1))
-        # Split the longest chunk edge until the largest chunk with its shell fits; the last
-        # grid that fitted is tried first (most evaluations between rebuilds reuse it).
-        while True:
-            partitioner, images = self._partitioned(frame, positions, math.prod(grid), tuple(grid))
-            largest = max(ChunkPlan.of(partitioner, images, n_targets).rows, default=0)
-            if largest <= limit:
-                if self._grid_hint != tuple(grid):
-                    logger.info("chunk grid %s: at most %d of %d rows", grid, largest, limit)
-                self._grid_hint = tuple(grid)
-                return partitioner, images
-            edges = [w / g for w, g in zip(widths, grid, strict=True)]
-            axis = max(range(3), key=edges.__getitem__)
-            if edges[axis] < 0.25 * self.model.cutoff:  # the shell alone is too big
-                raise ValueError(
-                    f"chunks of at most {limit} rows are not possible: a chunk with its ghost "
-                    f"shell ({self.n_layers} x {self.model.cutoff:g} Å) keeps {largest} rows; "
-                    "raise max_atoms"
-                )
-            grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
+        try:
+            partitioner, images = fitting_chunks(
+                frame, positions, n_targets, limit, self.shell, self._grid_hint or (1, 1, 1)
+            )
+        except ValueError as err:
+            raise ValueError(
+                f"{err} ({self.n_layers} x {self.model.cutoff:g} Å): raise max_atoms"
+            ) from None
+        if self._grid_hint != tuple(partitioner.grid):
+            logger.info("chunk grid %s for at most %d rows", partitioner.grid, limit)
+        self._grid_hint = tuple(partitioner.grid)
+        return partitioner, images
 
     def _row_limit(
         self,
@@ -301,12 +249,10 @@ class ChunkedEvaluator:
         """Rows that fit in a share of the device memory free for tensors, from the peak
         memory of one probe chunk with about `_PROBE_ROWS` atoms of its own (a cube)."""
         device = positions.device
-        widths = frame.widths
-        edge = (float(widths.prod()) * _PROBE_ROWS / max(positions.shape[0], 1)) ** (1 / 3)
-        grid = tuple(max(1, round(w / edge)) for w in widths.tolist())
-        partitioner, images = self._partitioned(frame, positions, math.prod(grid), grid)
+        grid = probe_grid(frame, positions.shape[0], _PROBE_ROWS)
+        partitioner, images = partitioned(frame, positions, grid, self.shell)
         n_all = positions.shape[0]
-        atoms, units, n_owned = next(_chunk_rows(partitioner, images, positions, n_all))
+        atoms, units, n_owned = next(chunk_rows(partitioner, images, positions, n_all))
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -374,25 +320,3 @@ class ChunkedEvaluator:
             if name in self._per_atom and value.dim() > 0 and value.shape[0] == atoms.shape[0]
         }
         return per_atom, {k: v.detach() for k, v in derived.items()}
-
-
-def _chunk_rows(
-    partitioner: SpatialPartitioner, images: GhostImages, positions: torch.Tensor, n_targets: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-    """Per chunk: its rows' atoms and image units, its own targets' (atoms below
-    `n_targets`) home images first, and the number of those."""
-    owner = partitioner.rank_of(positions)
-    _, wrap = partitioner.home_fractional(positions)
-    home = (
-        (owner.index_select(0, images.rows) == images.ranks)
-        & (images.units == -wrap.index_select(0, images.rows)).all(dim=1)
-        & (images.rows < n_targets)
-    )
-    counts = torch.bincount(images.ranks, minlength=partitioner.world_size).tolist()
-    start = 0
-    for count in counts:
-        members = slice(start, start + count)
-        start += count
-        owned = home[members]
-        order = torch.argsort((~owned).to(torch.int8), stable=True)
-        yield images.rows[members][order], images.units[members][order], int(owned.sum())

@@ -90,12 +90,14 @@ def test_mace_chunks_on_two_ranks() -> None:
     from tests.helpers.mace_models import tiny_mace, with_two_species
 
     model = MACEWrapper(tiny_mace())
-    atoms = with_two_species(_copper(SYSTEMS["bulk"], (5, 4, 4)))
+    atoms = with_two_species(_copper(SYSTEMS["cluster"], (8, 3, 3)))
     properties = properties_for(atoms)
     ref = reference(model, atoms, properties)
-    chunk_atoms = 900
+    chunk_atoms = 200
     results = run_simulated(
-        2, lambda comm: replicated(comm, model, atoms, properties, chunk_atoms=chunk_atoms)
+        2,
+        lambda comm: replicated(comm, model, atoms, properties, chunk_atoms=chunk_atoms),
+        timeout=600,
     )
     _check(results, ref, len(atoms), chunk_atoms, "tiny MACE")
 

@@ -1,0 +1,112 @@
+"""Cutting one system into spatial chunks, each with a ghost shell: the grid that fits a row
+limit, the rows of each chunk, and the plan that reports them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
+
+__all__ = ["ChunkPlan", "chunk_rows", "fitting_chunks", "partitioned", "probe_grid"]
+
+Grid = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How a system is cut into chunks.
+
+    Attributes:
+        grid: chunks per axis.
+        rows: rows (owned atoms + ghost images) of each chunk evaluated (one that owns
+            atoms).
+        n_atoms: atoms evaluated.
+    """
+
+    grid: tuple[int, int, int]
+    rows: tuple[int, ...]
+    n_atoms: int
+
+    @classmethod
+    def of(cls, partitioner: SpatialPartitioner, images: GhostImages, n_targets: int) -> ChunkPlan:
+        """The plan of chunks `partitioner` holding `images`, `n_targets` atoms to evaluate:
+        the rows of every chunk that holds one of them."""
+        size = partitioner.world_size
+        rows = torch.bincount(images.ranks, minlength=size)
+        targets = torch.bincount(images.ranks[images.rows < n_targets], minlength=size)
+        return cls(tuple(partitioner.grid), tuple(rows[targets > 0].tolist()), n_targets)
+
+    @property
+    def redundancy(self) -> float:
+        """Rows evaluated per atom of the system, minus one: the shell's extra work."""
+        return sum(self.rows) / max(self.n_atoms, 1) - 1.0
+
+
+def partitioned(
+    frame: DecompositionFrame, positions: torch.Tensor, grid: Grid, shell: float
+) -> tuple[SpatialPartitioner, GhostImages]:
+    """The chunks of `frame` on `grid` with ghost shells `shell` Å thick, and the images of
+    `positions` each holds."""
+    partitioner = SpatialPartitioner(frame, math.prod(grid), tuple(grid), halo_width=shell)
+    return partitioner, partitioner.domain_images(positions)
+
+
+def fitting_chunks(
+    frame: DecompositionFrame,
+    positions: torch.Tensor,
+    n_targets: int,
+    limit: int,
+    shell: float,
+    start: Grid = (1, 1, 1),
+) -> tuple[SpatialPartitioner, GhostImages]:
+    """Chunks whose rows all fit `limit`, counting only chunks that hold one of the first
+    `n_targets` atoms: from `start` (e.g. the last grid that fitted), the longest chunk edge
+    is split until they fit. Raises ValueError when the shell alone is too big."""
+    widths = frame.widths.tolist()
+    grid = list(start)
+    while True:
+        partitioner, images = partitioned(frame, positions, tuple(grid), shell)
+        largest = max(ChunkPlan.of(partitioner, images, n_targets).rows, default=0)
+        if largest <= limit:
+            return partitioner, images
+        edges = [w / g for w, g in zip(widths, grid, strict=True)]
+        axis = max(range(3), key=edges.__getitem__)
+        if edges[axis] < 0.125 * shell:  # more chunks no longer help: the shell dominates
+            raise ValueError(
+                f"chunks of at most {limit} rows are not possible: a chunk with its ghost "
+                f"shell keeps {largest} rows"
+            )
+        grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
+
+
+def probe_grid(frame: DecompositionFrame, n_atoms: int, atoms_per_chunk: int) -> Grid:
+    """A grid of cubic chunks of about `atoms_per_chunk` of `n_atoms` atoms each."""
+    widths = frame.widths
+    edge = (float(widths.prod()) * atoms_per_chunk / max(n_atoms, 1)) ** (1 / 3)
+    return tuple(max(1, round(w / edge)) for w in widths.tolist())
+
+
+def chunk_rows(
+    partitioner: SpatialPartitioner, images: GhostImages, positions: torch.Tensor, n_targets: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    """Per chunk: its rows' atoms and image units, its own targets' (atoms below
+    `n_targets`) home images first, and the number of those."""
+    owner = partitioner.rank_of(positions)
+    _, wrap = partitioner.home_fractional(positions)
+    home = (
+        (owner.index_select(0, images.rows) == images.ranks)
+        & (images.units == -wrap.index_select(0, images.rows)).all(dim=1)
+        & (images.rows < n_targets)
+    )
+    counts = torch.bincount(images.ranks, minlength=partitioner.world_size).tolist()
+    start = 0
+    for count in counts:
+        members = slice(start, start + count)
+        start += count
+        owned = home[members]
+        order = torch.argsort((~owned).to(torch.int8), stable=True)
+        yield images.rows[members][order], images.units[members][order], int(owned.sum())
