@@ -33,12 +33,27 @@ def _tiny_mace() -> BaseModelMixin:
     return MACEWrapper(tiny_mace())
 
 
-MODELS = {"mpnn": mpnn_model, "pair": lambda: ShiftPairModel(5.0), "mace": _tiny_mace}
+def _cueq_mace() -> BaseModelMixin:
+    pytest.importorskip("mace")
+    pytest.importorskip("cuequivariance_torch")
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace
+
+    return MACEWrapper(tiny_mace(), cuequivariance=True)
+
+
+MODELS = {
+    "mpnn": mpnn_model,
+    "pair": lambda: ShiftPairModel(5.0),
+    "mace": _tiny_mace,
+    "mace_cueq": _cueq_mace,
+}  # SevenNet: tests/distributed_model/test_sevennet_simulated.py (its own environment)
+TWO_SPECIES = {"mace", "mace_cueq"}
 
 
 def _atoms(model_name: str, system: str):
     atoms = SYSTEMS[system]()
-    if model_name == "mace":
+    if model_name in TWO_SPECIES:
         from tests.helpers.mace_models import with_two_species
 
         atoms = with_two_species(atoms)
@@ -70,9 +85,7 @@ def test_single_process_per_atom_sum_is_the_global_virial(model_name: str, syste
 def test_distributed_per_atom_virials_match(model_name: str, system: str, world_size: int) -> None:
     model, atoms = MODELS[model_name](), _atoms(model_name, system)
     ref, volume = _reference(model, atoms), atoms.get_volume()
-    results = run_simulated(
-        world_size, lambda comm: replicated(comm, model, atoms, PROPERTIES)
-    )
+    results = run_simulated(world_size, lambda comm: replicated(comm, model, atoms, PROPERTIES))
     for rank, result in enumerate(results):
         label = f"{model_name}/{system}/np{world_size}/rank{rank}"
         assert _virial_error(result["stresses"], ref["stresses"], volume) < VIRIAL_TOL, label
@@ -95,7 +108,8 @@ def test_graph_partition_per_atom_virials_match(world_size: int) -> None:
 def test_without_a_cell_volume_per_atom_stresses_are_nan() -> None:
     model, atoms = mpnn_model(), SYSTEMS["cluster"]()
     properties = ("energy", "forces", "stresses")
-    assert bool(evaluate_model(model, Batch.from_atoms(atoms), properties)["stresses"].isnan().all())
+    alone = evaluate_model(model, Batch.from_atoms(atoms), properties)
+    assert bool(alone["stresses"].isnan().all())
     for result in run_simulated(2, lambda comm: replicated(comm, model, atoms, properties)):
         assert bool(result["stresses"].isnan().all())
 

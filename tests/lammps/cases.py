@@ -160,9 +160,7 @@ def virial_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
         Case("lj_native_virial", bulk.data, bulk.elements, None, lj=lj, atom_virials=True),
         model_case("lj_bridge_virial", "lj.pkl", bulk, n_ranks, atom_virials=True),
         model_case("mpnn_bulk_virial", "mpnn.pkl", bulk, n_ranks, atom_virials=True),
-        model_case(
-            "mpnn_slab_virial", "mpnn.pkl", systems["slab_ar"], n_ranks, atom_virials=True
-        ),
+        model_case("mpnn_slab_virial", "mpnn.pkl", systems["slab_ar"], n_ranks, atom_virials=True),
         model_case(
             "mpnn_bulk_ghostneigh_virial",
             "mpnn.pkl",
@@ -171,10 +169,6 @@ def virial_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
             ghostneigh=1,
             atom_virials=True,
         ),
-        model_case(
-            "mace_bulk_virial", "mace.pkl", systems["bulk_mix"], n_ranks, atom_virials=True
-        ),
-        model_case(
-            "mace_slab_virial", "mace.pkl", systems["slab_mix"], n_ranks, atom_virials=True
-        ),
+        model_case("mace_bulk_virial", "mace.pkl", systems["bulk_mix"], n_ranks, atom_virials=True),
+        model_case("mace_slab_virial", "mace.pkl", systems["slab_mix"], n_ranks, atom_virials=True),
     ]

@@ -161,9 +161,8 @@ class Snapshot:
         forces: (N, 3) eV/Å.
         energies: (N,) per-atom energies, eV.
         atom_virials: (N, 6) per-atom virials (xx, yy, zz, xy, xz, yz) in eV with the stress
-            sign (`compute stress/atom`, -virial x nktv2p, over nktv2p: they sum to stress() x
-            volume), or
-            None when the case did not dump them.
+            sign (`compute stress/atom`, which is -virial x nktv2p, over nktv2p: they sum to
+            stress() x volume), or None when the case did not dump them.
     """
 
     energy: float
