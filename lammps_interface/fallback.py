@@ -75,13 +75,12 @@ class RedundantBridge:
         positions = torch.from_numpy(positions_from_pairs(rows.ntotal, edges, vectors))
         leaf = positions.to(self.dtype).requires_grad_()
         pairs = new_pair_leaf(edges.shape[1], leaf) if pair_forces else None
+        shifts = torch.zeros(edges.shape[1], 3, dtype=self.dtype)
         batch = Batch(
             node={"positions": leaf, "atomic_numbers": torch.from_numpy(rows.numbers)},
             edge={
                 "edge_index": torch.from_numpy(edges),
-                "shifts": torch.zeros(edges.shape[1], 3, dtype=self.dtype)
-                if pairs is None
-                else pairs,
+                "shifts": shifts if pairs is None else shifts + pairs,
             },
             system={
                 "cell": torch.zeros(1, 3, 3, dtype=self.dtype),
@@ -89,22 +88,20 @@ class RedundantBridge:
             },
             ptr=torch.tensor([0, rows.ntotal]),
         )
+        inputs = [leaf] if pairs is None else [leaf, pairs]
+        gradients = [None] * len(inputs)  # stay None when no pair reaches an owned atom
         with torch.enable_grad():
             owned = self.model(batch)["energies"][: rows.nlocal]
-            gradient = pair_gradient = None  # stay None when no pair reaches an owned atom
             if owned.requires_grad:
-                inputs = [leaf] if pairs is None else [leaf, pairs]
-                gradient, *pair_gradient = torch.autograd.grad(
-                    owned.sum(), inputs, allow_unused=True
-                )
+                gradients = torch.autograd.grad(owned.sum(), inputs, allow_unused=True)
         energies[: rows.nlocal] = owned.detach().to(torch.float64).numpy()
-        if gradient is not None:
-            forces[:] = -gradient.to(torch.float64).numpy()
+        if gradients[0] is not None:
+            forces[:] = -gradients[0].to(torch.float64).numpy()
         if pairs is None:
             return RowResults(energies, forces)
-        if gradient is None:
+        if gradients[0] is None:
             return RowResults(energies, forces, no_pair_forces)
-        edge_gradients = pair_gradients_of(pair_gradient[0], pairs, self.model)
+        edge_gradients = pair_gradients_of(gradients[1], pairs, self.model)
         edge_gradients = edge_gradients.detach().to(torch.float64).numpy()
         return RowResults(energies, forces, rows.pair_forces(edge_gradients, ghost_pairs=True))
 
