@@ -155,3 +155,21 @@ def test_a_model_without_shift_vectors_is_refused() -> None:
     model, atoms = RadiusGraphMPNN().double(), SYSTEMS["bulk"]()
     with pytest.raises(ValueError, match="per-atom virials need edge vectors"):
         evaluate_model(model, Batch.from_atoms(atoms), PROPERTIES)
+
+
+@pytest.mark.parametrize("system", ["bulk", "small_box"])
+def test_mace_per_atom_stresses_equal_mace_own(system: str) -> None:
+    """The same split as mace-torch's `compute_atomic_stresses` (which symmetrizes), on 2
+    ranks."""
+    wrapper, atoms = _tiny_mace(), _atoms("mace", system)
+    from ase.stress import full_3x3_to_voigt_6_stress
+    from mace.calculators import MACECalculator
+
+    theirs = atoms.copy()
+    theirs.calc = MACECalculator(
+        models=wrapper.model, device="cpu", default_dtype="float64", compute_atomic_stresses=True
+    )
+    expected = theirs.get_stresses()
+    for result in run_simulated(2, lambda comm: replicated(comm, wrapper, atoms, PROPERTIES)):
+        ours = full_3x3_to_voigt_6_stress(result["stresses"].numpy())
+        assert abs(ours - expected).max() * atoms.get_volume() < VIRIAL_TOL
