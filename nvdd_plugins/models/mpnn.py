@@ -114,8 +114,10 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             )
 
     @staticmethod
-    def _displacements(rij: torch.Tensor, inputs: ModelInputs, i: torch.Tensor) -> torch.Tensor:
-        """Minimum-image pair vectors, system by system."""
+    def _displacements(inputs: ModelInputs) -> torch.Tensor:
+        """Pair vectors x[j] - x[i] + shifts at their minimum image, system by system."""
+        i, j = inputs.edge_index
+        rij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
         if inputs.num_graphs == 1:
             return minimum_image(rij, inputs.cell[0], inputs.pbc[0])
         graph = inputs.batch_idx[i]
@@ -132,8 +134,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             self._check_cells(inputs.cell, inputs.pbc)
             self._check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index
-        vectors = inputs.positions[j] - inputs.positions[i] + inputs.shifts
-        rij = self._displacements(vectors, inputs, i)
+        rij = self._displacements(inputs)
         distance = rij.norm(dim=-1)
         envelope = 0.5 * (torch.cos(math.pi * distance / self.cutoff) + 1.0)
         envelope = envelope * (distance < self.cutoff)
