@@ -17,7 +17,7 @@ from scipy.sparse.csgraph import connected_components
 
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins import Batch
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, new_pair_leaf, pair_gradients_of
 
 __all__ = ["RedundantBridge", "positions_from_pairs"]
 
@@ -62,21 +62,25 @@ class RedundantBridge:
         self.dtype = dtype
         self.n_layers = n_layers
 
-    def evaluate(self, rows: LocalRows) -> RowResults:
-        """Energies (owned rows) and forces (-d E_owned / d x_row) of every row."""
+    def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
+        """Energies (owned rows) and forces (-d E_owned / d x_row) of every row, and with
+        `pair_forces` the force (d E_owned / d rij) of every listed pair."""
         energies = np.zeros(rows.ntotal)
         forces = np.zeros((rows.ntotal, 3))
+        no_pair_forces = np.zeros((rows.pair_i.size, 3)) if pair_forces else None
         if rows.nlocal == 0:
-            return RowResults(energies, forces)
+            return RowResults(energies, forces, no_pair_forces)
         self._check_ghost_list(rows)
         edges, vectors = rows.edges(ghost_pairs=True)
         positions = torch.from_numpy(positions_from_pairs(rows.ntotal, edges, vectors))
         leaf = positions.to(self.dtype).requires_grad_()
+        pairs = new_pair_leaf(edges.shape[1], leaf) if pair_forces else None
+        shifts = torch.zeros(edges.shape[1], 3, dtype=self.dtype)
         batch = Batch(
             node={"positions": leaf, "atomic_numbers": torch.from_numpy(rows.numbers)},
             edge={
                 "edge_index": torch.from_numpy(edges),
-                "shifts": torch.zeros(edges.shape[1], 3, dtype=self.dtype),
+                "shifts": shifts if pairs is None else shifts + pairs,
             },
             system={
                 "cell": torch.zeros(1, 3, 3, dtype=self.dtype),
@@ -84,15 +88,22 @@ class RedundantBridge:
             },
             ptr=torch.tensor([0, rows.ntotal]),
         )
+        inputs = [leaf] if pairs is None else [leaf, pairs]
+        gradients = [None] * len(inputs)  # stay None when no pair reaches an owned atom
         with torch.enable_grad():
             owned = self.model(batch)["energies"][: rows.nlocal]
-            gradient = None  # stays None when no pair reaches an owned atom
             if owned.requires_grad:
-                (gradient,) = torch.autograd.grad(owned.sum(), leaf, allow_unused=True)
+                gradients = torch.autograd.grad(owned.sum(), inputs, allow_unused=True)
         energies[: rows.nlocal] = owned.detach().to(torch.float64).numpy()
-        if gradient is not None:
-            forces[:] = -gradient.to(torch.float64).numpy()
-        return RowResults(energies, forces)
+        if gradients[0] is not None:
+            forces[:] = -gradients[0].to(torch.float64).numpy()
+        if pairs is None:
+            return RowResults(energies, forces)
+        if gradients[0] is None:
+            return RowResults(energies, forces, no_pair_forces)
+        edge_gradients = pair_gradients_of(gradients[1], pairs, self.model)
+        edge_gradients = edge_gradients.detach().to(torch.float64).numpy()
+        return RowResults(energies, forces, rows.pair_forces(edge_gradients, ghost_pairs=True))
 
     def _check_ghost_list(self, rows: LocalRows) -> None:
         touches_ghost = bool((rows.pair_j[rows.pair_i < rows.nlocal] >= rows.nlocal).any())

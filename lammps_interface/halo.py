@@ -40,8 +40,9 @@ class HaloBridge:
         self._plan: HaloPlan | None = None
         self._ids_layout: tuple[int, np.ndarray] | None = None
 
-    def evaluate(self, rows: LocalRows) -> RowResults:
-        """Energies and forces of every row (collective: all ranks call it each step)."""
+    def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
+        """Energies and forces of every row, and with `pair_forces` the force of every
+        listed pair (collective: all ranks call it each step)."""
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         plan = self._plan_for(rows.nlocal, atoms.ids)
         edges, _ = rows.edges(ghost_pairs=False)
@@ -49,10 +50,15 @@ class HaloBridge:
         numbers, ids = torch.from_numpy(rows.numbers), torch.from_numpy(atoms.ids)
         view = self.layout.view(plan, positions, numbers, ids, torch.from_numpy(edges))
         cell = torch.from_numpy(atoms.cell).to(self.dtype).unsqueeze(0)
-        out = self.layout(view, positions, cell)
+        out = self.layout(view, positions, cell, pair_gradients=pair_forces)
+        gradients = out.get("pair_gradients")
+        if gradients is not None:
+            gradients = gradients[: edges.shape[1]].to(torch.float64).numpy()
+            gradients = rows.pair_forces(gradients, ghost_pairs=False)
         return RowResults(
             energies=out["energies"].to(torch.float64).numpy(),
             forces=out["forces"].to(torch.float64).numpy(),
+            pair_forces=gradients,
         )
 
     def _plan_for(self, nlocal: int, ids: np.ndarray) -> HaloPlan:

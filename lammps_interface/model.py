@@ -21,6 +21,9 @@ from nvdd_plugins.models import BaseModelMixin
 __all__ = ["MLIAPModel"]
 
 _RUNTIME = ("_halo", "_fallback")
+_VIRIAL_PER_ATOM = 0x04 | 0x08
+"""LAMMPS's VIRIAL_ATOM | VIRIAL_CENTROID bits of `data.vflag` (force.h): a compute wants
+per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat/flux`)."""
 
 
 def _model_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -37,7 +40,10 @@ class MLIAPModel(MLIAPUnified):
     rows redundantly with no exchange (exact only with a ghost shell of `n_layers` cutoffs and
     `ghostneigh` 1; see `lammps_interface.fallback`). Forces go straight into LAMMPS's force
     array (ghost rows included, summed into owners by LAMMPS), so the global virial and
-    pressure are right; per-atom virials (`compute stress/atom`) are not provided.
+    pressure are right (LAMMPS's f . r). On a step where a compute wants per-atom virials
+    (`compute stress/atom`, `heat/flux`), the forces go in per listed pair instead,
+    dE/drij through `data.update_pair_forces`, and LAMMPS tallies each pair's virial half
+    onto each of its two atoms (-rij (x) dE/drij; see `nvdd_plugins.models.virials`).
 
     Args:
         model: the nvdd model wrapper (energies in eV, positions in Å).
@@ -80,10 +86,12 @@ class MLIAPModel(MLIAPUnified):
         """Not used: the model maps positions to energies and forces in one pass."""
 
     def compute_forces(self, data: Any) -> None:
-        """Add this rank's forces to LAMMPS's force array and set its energies (every step)."""
+        """Add this rank's forces to LAMMPS's force array and set its energies (every step);
+        per pair when LAMMPS asks for per-atom virials."""
         with abort_on_error():
             rows = LocalRows.from_data(data, self._numbers)
-            results = self._bridge().evaluate(rows)
+            per_atom_virials = bool(int(getattr(data, "vflag", 0)) & _VIRIAL_PER_ATOM)
+            results = self._bridge().evaluate(rows, pair_forces=per_atom_virials)
             _check_finite(results, rows)
             self._write(data, rows, results)
 
@@ -120,7 +128,10 @@ class MLIAPModel(MLIAPUnified):
 
     @staticmethod
     def _write(data: Any, rows: LocalRows, results: RowResults) -> None:
-        if rows.ntotal:
+        if results.pair_forces is not None:
+            if rows.pair_i.size:  # LAMMPS adds them and tallies each pair's virial
+                data.update_pair_forces(np.ascontiguousarray(results.pair_forces))
+        elif rows.ntotal:
             forces = data.f
             forces += results.forces
         data.energy = float(results.energies[: rows.nlocal].sum())

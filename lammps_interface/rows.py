@@ -77,25 +77,34 @@ class LocalRows:
         between two ghosts are kept when `ghost_pairs` (as LAMMPS lists them, i.e. only
         with `ghostneigh`).
         """
+        pairs, forward = self._edge_sources(ghost_pairs)
+        i = np.where(forward, self.pair_i[pairs], self.pair_j[pairs])
+        j = np.where(forward, self.pair_j[pairs], self.pair_i[pairs])
+        vectors = np.where(forward[:, None], self.rij[pairs], -self.rij[pairs])
+        return np.stack([i, j]), vectors
+
+    def pair_forces(self, edge_gradients: np.ndarray, ghost_pairs: bool) -> np.ndarray:
+        """(npairs, 3) dE/drij of LAMMPS's pairs from dE/dr of the edges `edges(ghost_pairs)`
+        gave (a reversed edge counts with the opposite sign; pairs no edge came from, e.g.
+        those centred on a ghost with an owned neighbour, get 0): what
+        `data.update_pair_forces` takes."""
+        pairs, forward = self._edge_sources(ghost_pairs)
+        forces = np.zeros((self.pair_i.size, 3))
+        signed = np.where(forward[:, None], edge_gradients, -edge_gradients)
+        np.add.at(forces, pairs, signed)
+        return forces
+
+    def _edge_sources(self, ghost_pairs: bool) -> tuple[np.ndarray, np.ndarray]:
+        """For each edge of `edges(ghost_pairs)`: the listed pair it comes from and whether
+        it runs in the pair's direction (else reversed)."""
         owned_centre = self.pair_i < self.nlocal
         to_ghost = owned_centre & (self.pair_j >= self.nlocal)
-        parts = [
-            (self.pair_i[owned_centre], self.pair_j[owned_centre], self.rij[owned_centre]),
-            (self.pair_j[to_ghost], self.pair_i[to_ghost], -self.rij[to_ghost]),
-        ]
+        parts = [(np.flatnonzero(owned_centre), True), (np.flatnonzero(to_ghost), False)]
         if ghost_pairs:
-            between_ghosts = ~owned_centre & (self.pair_j >= self.nlocal)
-            parts.append(
-                (
-                    self.pair_i[between_ghosts],
-                    self.pair_j[between_ghosts],
-                    self.rij[between_ghosts],
-                )
-            )
-        i = np.concatenate([p[0] for p in parts])
-        j = np.concatenate([p[1] for p in parts])
-        vectors = np.concatenate([p[2] for p in parts])
-        return np.stack([i, j]), vectors
+            parts.append((np.flatnonzero(~owned_centre & (self.pair_j >= self.nlocal)), True))
+        pairs = np.concatenate([p for p, _ in parts])
+        forward = np.concatenate([np.full(p.size, f) for p, f in parts])
+        return pairs, forward
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,11 @@ class RowResults:
         energies: (ntotal,) per-atom energies, eV (complete on owned rows; ghosts 0).
         forces: (ntotal, 3) eV/Å; a ghost row holds the force its owner still has to receive
             (LAMMPS's reverse communication adds it), so sum(x * f) over rows is the virial.
+        pair_forces: when asked for, (npairs, 3) dE/drij of each listed pair, eV/Å, whose
+            pair sums are `forces` (for `data.update_pair_forces`, which then also tallies
+            LAMMPS's per-atom virials); else None.
     """
 
     energies: np.ndarray
     forces: np.ndarray
+    pair_forces: np.ndarray | None = None

@@ -141,10 +141,14 @@ class DomainDecomposedCalculator(Calculator):
             self._replicated = None
         # Everything in one collective evaluation, whatever was asked: a later get_stress()
         # on some ranks only is then served from the cache instead of waiting for the others.
+        # Per-atom stresses of an autograd model cost a per-edge gradient, so they are
+        # computed only when asked for (get_stresses() is collective then).
         wanted = {"energy", "forces"}
         has_volume = atoms.cell.rank == 3
         if has_volume:
             wanted.add("stress")
+            if "stresses" in properties:
+                wanted.add("stresses")
         batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
         result = self.replicated_model(batch, wanted)
         energy = float(result["energy"].sum())

@@ -24,8 +24,13 @@ from nvdd_plugins.models import (
     BaseModelMixin,
     ChunkedEvaluator,
     apply_strain,
+    atom_strain_shares,
+    edge_vectors,
     energy_derivatives,
+    new_pair_leaf,
     new_strain,
+    pair_gradients_of,
+    per_atom_stresses,
 )
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, policy_for
 
@@ -81,13 +86,15 @@ class HaloEngine:
                 f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
             )
 
-    def wanted(self, properties: Iterable[str]) -> tuple[bool, bool]:
-        """Whether forces and stress are asked for and derived by autograd."""
+    def wanted(self, properties: Iterable[str]) -> tuple[bool, bool, bool]:
+        """Whether forces, stress and per-atom stresses ("stresses", from the edge vectors)
+        are asked for and derived by autograd."""
         properties = set(properties)
         derived = self.model.model_config.autograd_outputs
         return (
             "forces" in properties and "forces" in derived,
             "stress" in properties and "stress" in derived,
+            "stresses" in properties and "stress" in derived,
         )
 
     def evaluate(
@@ -98,26 +105,42 @@ class HaloEngine:
         cell: torch.Tensor,
         pbc: torch.Tensor,
         want_stress: bool,
+        want_stresses: bool = False,
     ) -> RowResults:
         """The model on `view` with every row's position `rows` (built from `leaf`, the
         positions forces are taken against); energy and stress are this rank's owned
-        partials summed over ranks."""
+        partials summed over ranks. `want_stresses`: also this rank's share of dE/dr per
+        edge slot (`RowResults.pair_gradients`) and the per-atom "stresses" it gives (ghost
+        rows owed to their owners)."""
         cell = cell.detach()
         if self.chunks is not None:
+            if want_stresses:
+                raise NotImplementedError(
+                    "per-atom virials (stresses) of an autograd model are not computed chunk "
+                    "by chunk: run without chunk_atoms"
+                )
             return self._evaluate_in_chunks(view, leaf, rows, cell, want_stress)
         strain = new_strain(1, leaf, want_stress) if want_stress else None
+        pairs = new_pair_leaf(view.edge_index.shape[1], leaf) if want_stresses else None
         with torch.enable_grad():
             run_cell = cell
             if strain is not None:
                 rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
-            batch = self.batch(view, rows, run_cell, pbc)
+            batch = self.batch(view, rows, run_cell, pbc, pairs)
             out = self.runner.run(view, batch)
             energies = out.get("energies")
             check_energies(energies, view.n_rows)
             partial = energies[: view.n_owned].sum()
             derived = energy_derivatives(
-                partial, leaf, strain, cell, leaf.requires_grad, want_stress
+                partial, leaf, strain, cell, leaf.requires_grad, want_stress, pairs
             )
+        if pairs is not None:
+            gradients = pair_gradients_of(derived.pop("pair_gradients"), pairs, self.model)
+            derived["pair_gradients"] = gradients
+            shares = atom_strain_shares(
+                batch.edge_index, edge_vectors(batch), gradients, view.n_rows
+            )
+            derived["stresses"] = per_atom_stresses(shares, cell, view.row_batch)
         checking, self.runner.checking = self.runner.checking, False
         return consolidate(self.spec, self.comm, out, partial, derived, checking)
 
@@ -166,11 +189,19 @@ class HaloEngine:
         return RowResults(per_row, reduced, frozenset())
 
     def batch(
-        self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor
+        self,
+        view: HaloView,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        pairs: torch.Tensor | None = None,
     ) -> Batch:
         """`view` as the model's input batch (pairs beyond the cutoff hold the sentinel
-        unless the model takes Verlet pairs as they are)."""
+        unless the model takes Verlet pairs as they are); `pairs`, a leaf added to the
+        edge shifts (`new_pair_leaf`)."""
         shifts = view.edge_shifts(cell[0])
+        if pairs is not None:
+            shifts = shifts + pairs
         if self._skin_pairs:
             edge_index = view.edge_index
         else:

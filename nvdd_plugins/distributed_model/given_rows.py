@@ -62,13 +62,21 @@ class GivenRowsModel:
         )
 
     def __call__(
-        self, view: HaloView, positions: torch.Tensor, cell: torch.Tensor
+        self,
+        view: HaloView,
+        positions: torch.Tensor,
+        cell: torch.Tensor,
+        pair_gradients: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Energy and forces with every local row's position given (collective).
 
         "forces" covers all local rows: on a ghost row, the contribution owed to its owner,
         so the rows also give the virial as sum(x * f). Forces come from autograd of the
-        owned partial energy, so the model's energies must be differentiable.
+        owned partial energy, so the model's energies must be differentiable. With
+        `pair_gradients`, also "pair_gradients": this rank's share of dE/dr for each edge
+        slot of the view, the pairs given first and in their order (the forces are their
+        pair sums, so a front end can hand them to its own per-pair force and virial tally
+        instead).
         """
         if positions.shape[0] != view.n_local:
             raise ValueError(f"expected {view.n_local} local positions, got {positions.shape[0]}")
@@ -76,8 +84,13 @@ class GivenRowsModel:
         with torch.enable_grad():
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = _NO_PBC.to(positions.device).unsqueeze(0)
-        results = self.engine.evaluate(view, leaf, rows, cell, pbc, want_stress=False)
-        return results.for_local_rows(view)
+        results = self.engine.evaluate(
+            view, leaf, rows, cell, pbc, want_stress=False, want_stresses=pair_gradients
+        )
+        out = results.for_local_rows(view)
+        if results.pair_gradients is not None:
+            out["pair_gradients"] = results.pair_gradients
+        return out
 
 
 _NO_PBC = torch.zeros(3, dtype=torch.bool)

@@ -37,12 +37,17 @@ class RowResults:
         per_row: detached per-atom (`OutputKind.PER_NODE`) outputs over every row of the view.
         reduced: the rest, complete: energy and stress summed over ranks, per-system and
             global outputs by their kind, and "forces" on the rows forces were taken against.
-        gradient_outputs: per-row outputs whose ghost rows hold contributions to their owners.
+        gradient_outputs: per-row outputs whose ghost rows hold contributions to their owners
+            (per-atom "stresses" derived from the edge vectors among them).
+        pair_gradients: when per-atom stresses were derived, this rank's share of dE/dr per
+            edge slot of the view (E, 3); the shares of all ranks' copies of an edge add up
+            to dE/dr.
     """
 
     per_row: dict[str, torch.Tensor]
     reduced: dict[str, torch.Tensor]
     gradient_outputs: frozenset[str]
+    pair_gradients: torch.Tensor | None = None
 
     def for_owned_rows(self, view: HaloView, comm: Communicator) -> dict[str, torch.Tensor]:
         """Per-atom outputs of the owned rows (collective: ghost rows of gradient outputs are
@@ -112,4 +117,10 @@ def consolidate(
         reduced["forces"] = derived["forces"].detach()
     if "stress" in derived:
         add(OutputKind.PER_GRAPH, "stress", derived["stress"])
-    return RowResults(per_row, reduced, spec.gradient_outputs)
+    gradient_outputs = spec.gradient_outputs
+    pair_gradients = derived.get("pair_gradients")
+    if pair_gradients is not None:  # per-atom stresses from the edges: ghost rows are owed
+        per_row["stresses"] = derived["stresses"].detach()
+        gradient_outputs = gradient_outputs | {"stresses"}
+        pair_gradients = pair_gradients.detach()
+    return RowResults(per_row, reduced, gradient_outputs, pair_gradients)

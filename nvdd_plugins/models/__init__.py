@@ -16,6 +16,7 @@ from nvdd_plugins.models.chunked import ChunkedEvaluator
 from nvdd_plugins.models.evaluate import (
     ModelEvaluator,
     apply_strain,
+    edge_vectors,
     energy_derivatives,
     evaluate_model,
     new_strain,
@@ -25,6 +26,12 @@ from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.virials import (
+    atom_strain_shares,
+    new_pair_leaf,
+    pair_gradients_of,
+    per_atom_stresses,
+)
 
 __all__ = [
     "SPEC_LJ_HALO",
@@ -43,9 +50,14 @@ __all__ = [
     "SevenNetWrapper",
     "SimpleMPNN",
     "apply_strain",
+    "atom_strain_shares",
+    "edge_vectors",
     "energy_derivatives",
     "evaluate_model",
+    "new_pair_leaf",
     "new_strain",
+    "pair_gradients_of",
+    "per_atom_stresses",
     "random_aimnet2",
     "random_mace",
     "random_sevennet",

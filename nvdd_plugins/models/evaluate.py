@@ -18,10 +18,17 @@ from nvdd_plugins.geometry import (
     rows_times_3x3,
 )
 from nvdd_plugins.models.base import BaseModelMixin
+from nvdd_plugins.models.virials import (
+    atom_strain_shares,
+    new_pair_leaf,
+    pair_gradients_of,
+    per_atom_stresses,
+)
 
 __all__ = [
     "ModelEvaluator",
     "apply_strain",
+    "edge_vectors",
     "energy_derivatives",
     "evaluate_model",
     "new_strain",
@@ -52,8 +59,11 @@ def energy_derivatives(
     cell: torch.Tensor,
     want_forces: bool,
     want_stress: bool,
+    pairs: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Forces (-dE/dx, eV/Å) and stress (dE/deps / volume, eV/Å³) from a scalar energy."""
+    """Forces (-dE/dx, eV/Å) and stress (dE/deps / volume, eV/Å³) from a scalar energy;
+    with `pairs` (the leaf added to the edge shifts, `new_pair_leaf`) also
+    "pair_gradients", dE/dr per edge (None where the energy does not depend on it)."""
     inputs = []
     if want_forces:
         inputs.append(positions)
@@ -61,11 +71,15 @@ def energy_derivatives(
         if strain is None:
             raise ValueError("stress needs a strain leaf")
         inputs.append(strain)
+    if pairs is not None:
+        inputs.append(pairs)
     if not inputs:
         return {}
-    grads = torch.autograd.grad(energy, inputs, allow_unused=True)
-    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, inputs, strict=True)]
-    out = {}
+    raw = list(torch.autograd.grad(energy, inputs, allow_unused=True))
+    out: dict[str, torch.Tensor | None] = {}
+    if pairs is not None:
+        out["pair_gradients"] = raw.pop()
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(raw, inputs, strict=False)]
     if want_forces:
         out["forces"] = -grads[0]
     if want_stress:
@@ -84,8 +98,10 @@ def evaluate_model(
     """Evaluate `model` on `batch` in one process.
 
     Builds the neighbour list at the model's cutoff when the batch has none, derives
-    "forces"/"stress" by autograd when the model declares them as autograd outputs, and
-    returns detached tensors: the model's outputs plus the derived ones.
+    "forces"/"stress" by autograd when the model declares them as autograd outputs (and
+    per-atom "stresses" from the edge vectors when asked for, see
+    `nvdd_plugins.models.virials`), and returns detached tensors: the model's outputs plus
+    the derived ones.
     """
     properties = set(properties)
     config = model.model_config
@@ -93,6 +109,7 @@ def evaluate_model(
         attach_neighbor_list(batch, model.cutoff)
     want_forces = "forces" in properties and "forces" in config.autograd_outputs
     want_stress = "stress" in properties and "stress" in config.autograd_outputs
+    want_stresses = "stresses" in properties and "stress" in config.autograd_outputs
     positions = batch.positions.detach().requires_grad_(want_forces)
     strain = new_strain(batch.num_graphs, positions, want_stress) if want_stress else None
     run = batch.copy()
@@ -102,13 +119,36 @@ def evaluate_model(
             run.shifts = edge_shifts(run, run.edge_index, run.unit_shifts)
     else:
         run.positions = positions
+    pairs = new_pair_leaf(batch.edge_index.shape[1], positions) if want_stresses else None
+    if pairs is not None:
+        shifts = run.get("shifts")
+        run.shifts = pairs if shifts is None else shifts + pairs
     with torch.enable_grad():
         out = model(run)
         derived = energy_derivatives(
-            out["energy"].sum(), positions, strain, batch.cell, want_forces, want_stress
+            out["energy"].sum(), positions, strain, batch.cell, want_forces, want_stress, pairs
         )
+    if pairs is not None:
+        gradients = pair_gradients_of(derived.pop("pair_gradients"), pairs, model)
+        shares = atom_strain_shares(
+            batch.edge_index, edge_vectors(batch), gradients, batch.num_nodes
+        )
+        derived["stresses"] = per_atom_stresses(shares, batch.cell, batch.batch_idx)
     out.update(derived)
     return {k: v.detach() for k, v in out.items()}
+
+
+def edge_vectors(batch: Batch) -> torch.Tensor:
+    """x[j] - x[i] + shifts of every edge of `batch` (detached; padding edges 0)."""
+    edge_index = batch.edge_index
+    valid = (edge_index < batch.num_nodes).all(dim=0)
+    i, j = torch.where(valid, edge_index, 0).detach()
+    x = batch.positions.detach()
+    vectors = x[j] - x[i]
+    shifts = batch.get("shifts")
+    if shifts is not None:
+        vectors = vectors + shifts.detach()
+    return torch.where(valid.unsqueeze(1), vectors, 0.0)
 
 
 class ModelEvaluator:

@@ -2,7 +2,8 @@
 
 Nothing in it knows about ranks. It follows the four halo rules of the README's "Bring your
 own model": per-atom energies over all local atoms, rebound in-place scatters, sentinel edges
-filtered in `adapt_input`, and minimum-image displacements (so it needs no shift vectors).
+filtered in `adapt_input`, and pair vectors x[j] - x[i] + shifts taken to their minimum
+image (so a batch without shift vectors works too; with them, per-atom virials are defined).
 """
 
 from __future__ import annotations
@@ -113,8 +114,10 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             )
 
     @staticmethod
-    def _displacements(rij: torch.Tensor, inputs: ModelInputs, i: torch.Tensor) -> torch.Tensor:
-        """Minimum-image pair vectors, system by system."""
+    def _displacements(inputs: ModelInputs) -> torch.Tensor:
+        """Pair vectors x[j] - x[i] + shifts at their minimum image, system by system."""
+        i, j = inputs.edge_index
+        rij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
         if inputs.num_graphs == 1:
             return minimum_image(rij, inputs.cell[0], inputs.pbc[0])
         graph = inputs.batch_idx[i]
@@ -131,7 +134,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             self._check_cells(inputs.cell, inputs.pbc)
             self._check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index
-        rij = self._displacements(inputs.positions[j] - inputs.positions[i], inputs, i)
+        rij = self._displacements(inputs)
         distance = rij.norm(dim=-1)
         envelope = 0.5 * (torch.cos(math.pi * distance / self.cutoff) + 1.0)
         envelope = envelope * (distance < self.cutoff)

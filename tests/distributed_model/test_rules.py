@@ -30,9 +30,9 @@ def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(
     derivatives = engine_module.energy_derivatives
     rank_local = threading.local()  # each virtual rank runs in its own thread
 
-    def naive(energy, positions, strain, cell, want_forces, want_stress):
+    def naive(energy, positions, strain, cell, want_forces, want_stress, pairs=None):
         total = all_reduce_sum(energy, rank_local.slot.number)
-        return derivatives(total, positions, strain, cell, want_forces, want_stress)
+        return derivatives(total, positions, strain, cell, want_forces, want_stress, pairs)
 
     def run(comm):
         rank_local.slot = HaloSlot()

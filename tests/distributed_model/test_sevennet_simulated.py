@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("sevenn")
 
-from nvdd_plugins import DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.models import SevenNetWrapper
+from nvdd_plugins.models import SevenNetWrapper, evaluate_model
 from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.mace_models import with_two_species
 from tests.helpers.oracle import assert_every_rank_close, properties_for, replicated
@@ -48,6 +48,21 @@ def test_sevennet_under_graph_partition_matches_sevenn(
     atoms = with_two_species(SYSTEMS[system]())
     graph = StrategyKind.GRAPH_PARTITION
     assert_every_rank_close(world_size, wrapper, atoms, _reference(system), system, strategy=graph)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("system", ["bulk", "slab"])
+def test_sevennet_per_atom_virials(system: str, world_size: int, wrapper) -> None:
+    """Per-atom virials equal the single-process ones and sum to the global virial (eV)."""
+    atoms = with_two_species(SYSTEMS[system]())
+    properties = ("energy", "forces", "stress", "stresses")
+    ref = evaluate_model(wrapper, Batch.from_atoms(atoms), properties)
+    volume = atoms.get_volume()
+    results = run_simulated(world_size, lambda comm: replicated(comm, wrapper, atoms, properties))
+    for result in results:
+        assert float((result["stresses"] - ref["stresses"]).abs().max()) * volume < 1e-10
+        summed = result["stresses"].sum(0) - result["stress"][0]
+        assert float(summed.abs().max()) * volume < 1e-10
 
 
 def test_sevennet_trajectory_matches_one_process(wrapper) -> None:

@@ -118,7 +118,19 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
         model_case("mpnn_slab", "mpnn.pkl", slab, n_ranks),
         model_case("lj_cluster", "lj.pkl", cluster, n_ranks),
         model_case("mpnn_cluster", "mpnn.pkl", cluster, n_ranks),
+        model_case("mpnn_cluster_virial", "mpnn.pkl", cluster, n_ranks, atom_virials=True),
     ]
+    fallback.append(
+        model_case(
+            "fallback_mpnn_bulk_virial",
+            "mpnn.pkl",
+            bulk,
+            n_ranks,
+            ghostneigh=1,
+            comm_cutoff=FALLBACK_COMM_CUTOFF,
+            atom_virials=True,
+        )
+    )
     return fallback, handle
 
 
@@ -136,4 +148,27 @@ def driver_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
         model_case("mpnn32_bulk", "mpnn32.pkl", bulk, n_ranks),
         model_case("mace_bulk", "mace.pkl", systems["bulk_mix"], n_ranks),
         model_case("mace_slab", "mace.pkl", systems["slab_mix"], n_ranks),
+        *virial_cases(systems, n_ranks),
+    ]
+
+
+def virial_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
+    """Static cases that also dump `compute stress/atom` (named <case>_virial)."""
+    bulk = systems["bulk_ar"]
+    lj = (LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF)
+    return [
+        Case("lj_native_virial", bulk.data, bulk.elements, None, lj=lj, atom_virials=True),
+        model_case("lj_bridge_virial", "lj.pkl", bulk, n_ranks, atom_virials=True),
+        model_case("mpnn_bulk_virial", "mpnn.pkl", bulk, n_ranks, atom_virials=True),
+        model_case("mpnn_slab_virial", "mpnn.pkl", systems["slab_ar"], n_ranks, atom_virials=True),
+        model_case(
+            "mpnn_bulk_ghostneigh_virial",
+            "mpnn.pkl",
+            bulk,
+            n_ranks,
+            ghostneigh=1,
+            atom_virials=True,
+        ),
+        model_case("mace_bulk_virial", "mace.pkl", systems["bulk_mix"], n_ranks, atom_virials=True),
+        model_case("mace_slab_virial", "mace.pkl", systems["slab_mix"], n_ranks, atom_virials=True),
     ]

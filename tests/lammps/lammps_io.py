@@ -19,6 +19,7 @@ ATTACH_LINES = (
     "python attach invoke\n"
 )
 _COLUMNS = "id x y z xu yu zu fx fy fz c_pe"
+_VIRIAL_COLUMNS = "id c_sa[1] c_sa[2] c_sa[3] c_sa[4] c_sa[5] c_sa[6]"
 _THERMO = ("pe", "pxx", "pyy", "pzz", "pxy", "pxz", "pyz", "vol")
 
 
@@ -74,6 +75,7 @@ class Case:
         md_steps: NVE steps from 300 K after the static evaluation (0: none).
         lj: (epsilon, sigma, cutoff) for the native style.
         newton_pair: LAMMPS's newton pair flag.
+        atom_virials: also dump `compute stress/atom NULL virial` (<name>.virial).
     """
 
     name: str
@@ -87,6 +89,7 @@ class Case:
     md_steps: int = 0
     lj: tuple[float, float, float] | None = None
     newton_pair: bool = True
+    atom_virials: bool = False
 
     def block(self) -> str:
         """The input-script lines of this case (they start with `clear`)."""
@@ -116,27 +119,34 @@ class Case:
                 f"pair_style mliap unified {self.model} {self.ghostneigh}",
                 f"pair_coeff * * {' '.join(self.elements)}",
             ]
-        lines += ["compute pe all pe/atom", *_snapshot(self.name)]
+        lines += ["compute pe all pe/atom", *_snapshot(self.name, self.atom_virials)]
         if self.md_steps:
             lines += [
                 "velocity all create 300 4928459 loop geom",
                 "fix md all nve",
                 "timestep 0.002",
                 f"run {self.md_steps}",
-                *_snapshot(f"{self.name}_md"),
+                *_snapshot(f"{self.name}_md", self.atom_virials),
             ]
         return "\n".join(lines) + "\n"
 
 
-def _snapshot(prefix: str) -> list[str]:
+def _snapshot(prefix: str, atom_virials: bool = False) -> list[str]:
     values = " ".join(f"$({key}:%.17g)" for key in _THERMO)
-    return [
+    lines = [
         f"dump snap all custom 1 {prefix}.dump {_COLUMNS}",
         "dump_modify snap sort id format float %.17g",
-        "run 0",
-        "undump snap",
-        f'print "{values}" file {prefix}.txt screen no',
     ]
+    if atom_virials:
+        lines += [
+            "compute sa all stress/atom NULL virial",
+            f"dump virial all custom 1 {prefix}.virial {_VIRIAL_COLUMNS}",
+            "dump_modify virial sort id format float %.17g",
+        ]
+    lines += ["run 0", "undump snap"]
+    if atom_virials:
+        lines += ["undump virial", "uncompute sa"]
+    return [*lines, f'print "{values}" file {prefix}.txt screen no']
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,9 @@ class Snapshot:
         positions, unwrapped: (N, 3) wrapped and unwrapped positions, Å.
         forces: (N, 3) eV/Å.
         energies: (N,) per-atom energies, eV.
+        atom_virials: (N, 6) per-atom virials (xx, yy, zz, xy, xz, yz) in eV with the stress
+            sign (`compute stress/atom`, which is -virial x nktv2p, over nktv2p: they sum to
+            stress() x volume), or None when the case did not dump them.
     """
 
     energy: float
@@ -159,6 +172,7 @@ class Snapshot:
     unwrapped: np.ndarray
     forces: np.ndarray
     energies: np.ndarray
+    atom_virials: np.ndarray | None = None
 
     def stress(self) -> np.ndarray:
         """(3, 3) virial stress, eV/Å³, ASE sign (valid when the atoms are at rest)."""
@@ -172,6 +186,12 @@ def read_snapshot(directory: Path, prefix: str) -> Snapshot:
     lines = (directory / f"{prefix}.dump").read_text().splitlines()
     start = lines.index(f"ITEM: ATOMS {_COLUMNS}") + 1
     rows = np.array([[float(v) for v in line.split()] for line in lines[start:]])
+    virials = None
+    if (directory / f"{prefix}.virial").exists():
+        virial_lines = (directory / f"{prefix}.virial").read_text().splitlines()
+        first = virial_lines.index(f"ITEM: ATOMS {_VIRIAL_COLUMNS}") + 1
+        table = np.array([[float(v) for v in line.split()] for line in virial_lines[first:]])
+        virials = table[:, 1:] / NKTV2P
     return Snapshot(
         energy=float(thermo[0]),
         pressure=thermo[1:7],
@@ -180,4 +200,5 @@ def read_snapshot(directory: Path, prefix: str) -> Snapshot:
         unwrapped=rows[:, 4:7],
         forces=rows[:, 7:10],
         energies=rows[:, 10],
+        atom_virials=virials,
     )

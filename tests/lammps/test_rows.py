@@ -1,5 +1,5 @@
 """What the bridge makes of an ML-IAP pair list (no LAMMPS run): symmetric edges, positions
-rebuilt from pair vectors, and the fallback's ghost-list check."""
+rebuilt from pair vectors, the fallback's ghost-list check, and pair forces."""
 
 from __future__ import annotations
 
@@ -84,3 +84,20 @@ def test_fallback_on_a_rank_without_owned_atoms_is_empty() -> None:
     rows = LocalRows.from_data(_data(_cloud(10), 0, 3.0, ghost_centres=True), np.array([18]))
     result = RedundantBridge(mpnn_model(), torch.float64, n_layers=3).evaluate(rows)
     assert not result.forces.any() and not result.energies.any()
+
+
+@pytest.mark.parametrize("ghost_centres", [False, True])
+def test_pair_forces_add_up_to_the_row_forces(ghost_centres: bool) -> None:
+    """What `update_pair_forces` does with the pair forces (f_i += fij, f_j -= fij) gives the
+    autograd forces of every row; pairs centred on a ghost with an owned neighbour get 0."""
+    x, nlocal = _cloud(60), 30
+    rows = LocalRows.from_data(_data(x, nlocal, 4.5, ghost_centres), np.array([18]))
+    bridge = RedundantBridge(mpnn_model(), torch.float64, n_layers=1)
+    result = bridge.evaluate(rows, pair_forces=True)
+    summed = np.zeros_like(result.forces)
+    np.add.at(summed, rows.pair_i, result.pair_forces)
+    np.add.at(summed, rows.pair_j, -result.pair_forces)
+    assert np.abs(summed - result.forces).max() < 1e-12
+    assert np.abs(result.forces).max() > 1e-3
+    reversed_ghost_pairs = (rows.pair_i >= nlocal) & (rows.pair_j < nlocal)
+    assert not result.pair_forces[reversed_ghost_pairs].any()

@@ -39,3 +39,12 @@ def test_one_rank_raising_aborts_all_without_m_mpi4py() -> None:
     assert code != 0, output
     assert "rank 1 failed on purpose" in output
     assert "rank 0 was not stopped" not in output
+
+
+STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
+
+
+@pytest.mark.parametrize("n_ranks", [1, 2, 4])
+def test_per_atom_stresses_under_mpirun(n_ranks: int) -> None:
+    output = run_mpi(n_ranks, STRESSES, timeout=300)
+    assert output.count("STRESSES OK") == n_ranks, output

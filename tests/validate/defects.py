@@ -117,8 +117,9 @@ class NoMinimumImage(SimpleMPNN):
     """Takes pair vectors as positions[j] - positions[i], ignoring periodic images."""
 
     @staticmethod
-    def _displacements(rij, inputs, i):
-        return rij
+    def _displacements(inputs):
+        i, j = inputs.edge_index
+        return inputs.positions[j] - inputs.positions[i]
 
 
 def not_rebound() -> SimpleMPNN:
