@@ -14,7 +14,7 @@ pytest.importorskip("aimnet")
 
 from ase.md.velocitydistribution import thermalize_momenta
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import AIMNet2Wrapper, evaluate_model
@@ -26,7 +26,12 @@ from tests.helpers.aimnet_models import (
     tiny_aimnet2,
     with_species,
 )
-from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, properties_for, replicated
+from tests.helpers.oracle import (
+    ENERGY_PER_ATOM_TOL,
+    assert_trajectory_matches,
+    properties_for,
+    replicated,
+)
 from tests.helpers.systems import MD_SKIN, SYSTEMS, md_integrator, triclinic_bulk
 
 pytestmark = pytest.mark.aimnet
@@ -115,20 +120,8 @@ def test_aimnet2_trajectory_matches_one_process() -> None:
     atoms = with_species(triclinic_bulk())
     thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
     full = Batch.from_atoms(atoms)
-    dynamics, batch = md_integrator("nve", wrapper), full.copy()
-    for _ in range(40):
-        dynamics.step(batch)
-
-    def per_rank(comm):
-        config = DomainConfig(wrapper.cutoff, MD_SKIN, comm)
-        with DomainParallel(md_integrator("nve", wrapper), config, 40) as dd:
-            dd.partition(full.copy() if comm.rank == 0 else None)
-            dd.run()
-            return dd.gather(dd.batch).positions.detach(), dd.model.domain.rebuilds
-
-    for positions, rebuilds in run_simulated(2, per_rank):
-        assert float((positions - batch.positions).abs().max()) < 1e-8
-        assert rebuilds > 1
+    nve = functools.partial(md_integrator, "nve")
+    assert_trajectory_matches(wrapper, full, 40, nve, MD_SKIN)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])

@@ -6,6 +6,7 @@ through DomainParallel stay on the single-process one."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import ase.build
@@ -15,11 +16,18 @@ import torch
 from ase import Atoms
 from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DomainConfig
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
-from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
+from tests.helpers.oracle import (
+    assert_close,
+    assert_trajectory_matches,
+    errors,
+    properties_for,
+    reference,
+    replicated,
+)
 
 
 def _copper(pbc: tuple[bool, bool, bool], repeat: tuple[int, int, int] = (6, 5, 4)) -> Atoms:
@@ -125,21 +133,10 @@ def test_nve_trajectory_in_chunks_follows_one_process() -> None:
     model, atoms, chunk_atoms = make(), _copper(SYSTEMS["bulk"], (4, 4, 3)), limits[2]
     atoms.rattle(0.2, seed=3)
     MaxwellBoltzmannDistribution(atoms, temperature_K=600, rng=np.random.default_rng(3))
-    steps = 6
-    reference_batch, dynamics = Batch.from_atoms(atoms), NVE(model, 2.0, skin=0.4)
-    for _ in range(steps):
-        dynamics.step(reference_batch)
-
-    def per_rank(comm):
-        config = DomainConfig(model.cutoff, 0.4, comm, chunk_atoms=chunk_atoms)
-        with DomainParallel(NVE(model, 2.0, skin=0.4), config, steps) as dd:
-            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
-            dd.run()
-            return dd.gather(dd.batch), dd.model.domain.rebuilds
-
-    for final, rebuilds in run_simulated(3, per_rank):
-        assert rebuilds >= 1
-        torch.testing.assert_close(final.positions, reference_batch.positions, atol=1e-10, rtol=0)
+    nve = functools.partial(NVE, dt=2.0, skin=0.2)
+    assert_trajectory_matches(
+        model, Batch.from_atoms(atoms), 8, nve, 0.2, 3, 1e-10, chunk_atoms=chunk_atoms
+    )
 
 
 def test_models_with_global_sums_are_refused() -> None:

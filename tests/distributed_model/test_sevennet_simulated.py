@@ -9,13 +9,18 @@ import pytest
 
 pytest.importorskip("sevenn")
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import SevenNetWrapper, evaluate_model
 from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.mace_models import with_two_species
-from tests.helpers.oracle import assert_every_rank_close, properties_for, replicated
+from tests.helpers.oracle import (
+    assert_every_rank_close,
+    assert_trajectory_matches,
+    properties_for,
+    replicated,
+)
 from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
 from tests.helpers.systems import MD_SKIN, SYSTEMS, hot_bulk, md_integrator
 
@@ -69,20 +74,8 @@ def test_sevennet_trajectory_matches_one_process(wrapper) -> None:
     """100 NVE steps of hot Ar (atoms migrate; Verlet pairs pruned to the cutoff each step) on
     2 ranks: positions on the single-process trajectory."""
     full = hot_bulk()
-    dynamics, batch = md_integrator("nve", wrapper), full.copy()
-    for _ in range(100):
-        dynamics.step(batch)
-
-    def per_rank(comm):
-        config = DomainConfig(wrapper.cutoff, MD_SKIN, comm)
-        with DomainParallel(md_integrator("nve", wrapper), config, 100) as dd:
-            dd.partition(full.copy() if comm.rank == 0 else None)
-            dd.run()
-            return dd.gather(dd.batch).positions.detach(), dd.model.domain.rebuilds
-
-    for positions, rebuilds in run_simulated(2, per_rank):
-        assert float((positions - batch.positions).abs().max()) < 1e-8
-        assert rebuilds > 1
+    nve = functools.partial(md_integrator, "nve")
+    assert_trajectory_matches(wrapper, full, 100, nve, MD_SKIN)
 
 
 class _WrongReceiverRow(SevenNetWrapper):

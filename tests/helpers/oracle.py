@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from ase import Atoms
 
-from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
+from nvdd_plugins import Batch, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.dynamics import BaseDynamics
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
 
 ENERGY_PER_ATOM_TOL = 1e-10
@@ -102,3 +103,32 @@ def assert_every_rank_close(
     )
     for rank, result in enumerate(results):
         assert_close(errors(result, ref, len(atoms)), f"{label}/rank{rank}")
+
+
+def assert_trajectory_matches(
+    model: BaseModelMixin,
+    full: Batch,
+    steps: int,
+    integrator: Callable[[BaseModelMixin], BaseDynamics],
+    skin: float,
+    world_size: int = 2,
+    tolerance: float = 1e-8,
+    **options: object,
+) -> None:
+    """`steps` of `integrator(model)` (with Verlet `skin`) under DomainParallel on
+    `world_size` simulated ranks (`options`: further `DomainConfig` fields) stay on the
+    single-process trajectory, with more than one rebuild (atoms migrate)."""
+    dynamics, batch = integrator(model), full.copy()
+    for _ in range(steps):
+        dynamics.step(batch)
+
+    def per_rank(comm: Communicator) -> tuple[torch.Tensor, int]:
+        config = DomainConfig(model.cutoff, skin, comm, **options)
+        with DomainParallel(integrator(model), config, steps) as dd:
+            dd.partition(full.copy() if comm.rank == 0 else None)
+            dd.run()
+            return dd.gather(dd.batch).positions.detach(), dd.model.domain.rebuilds
+
+    for positions, rebuilds in run_simulated(world_size, per_rank, timeout=600):
+        assert float((positions - batch.positions).abs().max()) < tolerance
+        assert rebuilds > 1
