@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
@@ -161,11 +162,20 @@ class HaloDomain:
         self.migrated += sum(counts.values())
         stay = dest == me
         fields = {}
+        # one message per dtype: the fields of a dtype travel as the columns of one block
+        by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
         for name, value in owned.fields(level=FieldLevel.NODE):
+            by_dtype.setdefault(value.dtype, []).append((name, value))
+        for group in by_dtype.values():
+            widths = [math.prod(value.shape[1:]) for _, value in group]
+            columns = [v.reshape(v.shape[0], w) for (_, v), w in zip(group, widths, strict=True)]
+            block = torch.cat(columns, dim=1)
             moved = self.comm.exchange(
-                {q: value[idx] for q, idx in leaving.items()}, counts, template=value
+                {q: block[idx] for q, idx in leaving.items()}, counts, template=block
             )
-            fields[name] = torch.cat([value[stay], *(moved[q] for q in sorted(moved))])
+            block = torch.cat([block[stay], *(moved[q] for q in sorted(moved))])
+            for (name, value), column in zip(group, block.split(widths, dim=1), strict=True):
+                fields[name] = column.reshape(-1, *value.shape[1:])
         order = torch.argsort(fields["global_ids"])
         owned.set_nodes({name: value[order] for name, value in fields.items()})
 

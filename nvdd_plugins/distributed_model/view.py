@@ -251,12 +251,13 @@ def build_halo_view(
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
     listed = build_neighbor_list(local, cell, wrapped, width, touching=n_owned)
+    numbers, ids = local_rows(torch.stack([owned_numbers.long(), owned_ids.long()], 1)).unbind(1)
     return assemble_view(
         plan,
         local,
         units,
-        local_rows(owned_numbers.long()),
-        local_rows(owned_ids.long()),
+        numbers,
+        ids,
         listed.edge_index,
         listed.unit_shifts,
         padding_species,
