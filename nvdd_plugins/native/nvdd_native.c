@@ -136,6 +136,7 @@ BIN_GRID(f32, float)
  * (grouped by i ascending) into outputs with room for every candidate; `out_i` has room for
  * two rows of candidates and ends as the (2, n) edge index (j moved behind i). Returns n.
  */
+#define SCREEN 64
 #define NEIGHBOR_PAIRS(SUFFIX, REAL)                                                          \
     int64_t nvdd_neighbor_pairs_##SUFFIX(                                                     \
         int64_t q0, int64_t q1, int64_t columns, int64_t touching, const int32_t *start, const int32_t *count,  \
@@ -151,35 +152,44 @@ BIN_GRID(f32, float)
             const REAL qx = query_pos[3 * q], qy = query_pos[3 * q + 1],                      \
                        qz = query_pos[3 * q + 2];                                             \
             const REAL *xi = positions + 3 * q;                                               \
+            const int64_t own = own_slot[q];                                                  \
             for (int64_t c = 0; c < columns; ++c) {                                           \
                 const int64_t first = start[q * columns + c];                                 \
                 const int64_t last = first + count[q * columns + c];                          \
-                for (int64_t p = first; p < last; ++p) {                                      \
-                    const REAL dx = sorted_pos[3 * p] - qx, dy = sorted_pos[3 * p + 1] - qy,  \
-                               dz = sorted_pos[3 * p + 2] - qz;                               \
-                    if (!(dx * dx + dy * dy + dz * dz < reach2) || p == own_slot[q]) continue; \
-                    const int64_t j = sorted_atom[p];                                         \
-                    if (q >= touching && j >= touching) continue;                             \
-                    int64_t u[3];                                                             \
-                    REAL s[3] = {0, 0, 0}, v[3];                                              \
-                    for (int a = 0; a < 3; ++a) u[a] = sorted_unit[3 * p + a] + image[3 * q + a]; \
-                    if (cell) {                                                               \
-                        for (int b = 0; b < 3; ++b) {                                         \
-                            REAL t = (REAL)u[0] * cell[b];                                    \
-                            t = t + (REAL)u[1] * cell[3 + b];                                 \
-                            s[b] = t + (REAL)u[2] * cell[6 + b];                              \
+                for (int64_t block = first; block < last; block += SCREEN) {                  \
+                    /* screen a block of the column without branches, then take the hits */  \
+                    const int64_t end = block + SCREEN < last ? block + SCREEN : last;        \
+                    int64_t hits[SCREEN], n_hits = 0;                                         \
+                    for (int64_t p = block; p < end; ++p) {                                   \
+                        const REAL dx = sorted_pos[3 * p] - qx, dy = sorted_pos[3 * p + 1] - qy, \
+                                   dz = sorted_pos[3 * p + 2] - qz;                           \
+                        hits[n_hits] = p;                                                     \
+                        n_hits += (dx * dx + dy * dy + dz * dz < reach2) & (p != own);        \
+                    }                                                                         \
+                    for (int64_t h = 0; h < n_hits; ++h) {                                    \
+                        const int64_t p = hits[h], j = sorted_atom[p];                        \
+                        if (q >= touching && j >= touching) continue;                         \
+                        int64_t u[3];                                                         \
+                        REAL s[3] = {0, 0, 0}, v[3];                                          \
+                        for (int a = 0; a < 3; ++a) u[a] = sorted_unit[3 * p + a] + image[3 * q + a]; \
+                        if (cell && (u[0] | u[1] | u[2])) {                                   \
+                            for (int b = 0; b < 3; ++b) {                                     \
+                                REAL t = (REAL)u[0] * cell[b];                                \
+                                t = t + (REAL)u[1] * cell[3 + b];                             \
+                                s[b] = t + (REAL)u[2] * cell[6 + b];                          \
+                            }                                                                 \
                         }                                                                     \
+                        const REAL *xj = positions + 3 * j;                                   \
+                        for (int a = 0; a < 3; ++a) v[a] = (xj[a] - xi[a]) + s[a];            \
+                        if (!(sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) < cutoff)) continue; \
+                        out_i[n] = q;                                                         \
+                        out_j[n] = j;                                                         \
+                        for (int a = 0; a < 3; ++a) {                                         \
+                            out_unit[3 * n + a] = u[a];                                       \
+                            out_shift[3 * n + a] = s[a];                                      \
+                        }                                                                     \
+                        ++n;                                                                  \
                     }                                                                         \
-                    const REAL *xj = positions + 3 * j;                                       \
-                    for (int a = 0; a < 3; ++a) v[a] = (xj[a] - xi[a]) + s[a];                \
-                    if (!(sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) < cutoff)) continue;  \
-                    out_i[n] = q;                                                             \
-                    out_j[n] = j;                                                             \
-                    for (int a = 0; a < 3; ++a) {                                             \
-                        out_unit[3 * n + a] = u[a];                                           \
-                        out_shift[3 * n + a] = s[a];                                          \
-                    }                                                                         \
-                    ++n;                                                                      \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
@@ -193,32 +203,52 @@ NEIGHBOR_PAIRS(f32, float)
 /* Lennard-Jones per-atom energies (n), forces (n, 3) and virials (n, 3, 3), zeroed by the
  * caller, from a full list of `n_edges` edges (i = edge_i[e], j = edge_j[e], r_ij = x[j] -
  * x[i] + shifts[e]); each edge adds to atom i only. The arithmetic is kernels/lennard_jones.py's
- * term by term. Returns -1, or the first edge with an index outside [0, n) (then stops). */
+ * term by term; a run of edges with the same i is summed in registers, in edge order, and
+ * added to the atom's sums at its end. Returns -1, or the first edge with an index outside
+ * [0, n) (then stops). */
 #define LENNARD_JONES(SUFFIX, REAL)                                                           \
-    int64_t nvdd_lennard_jones_##SUFFIX(int64_t n, int64_t n_edges, const REAL *x, const int64_t *edge_i,   \
-                                     const int64_t *edge_j, const REAL *shifts, REAL epsilon, \
-                                     REAL sigma, REAL cutoff, REAL offset, REAL *energies,    \
-                                     REAL *forces, REAL *virials) {                           \
+    static void lj_flush_##SUFFIX(int64_t i, const REAL *acc, REAL *energies, REAL *forces,   \
+                                  REAL *virials) {                                            \
+        energies[i] += acc[0];                                                                \
+        for (int a = 0; a < 3; ++a) forces[3 * i + a] += acc[1 + a];                          \
+        for (int a = 0; a < 9; ++a) virials[9 * i + a] += acc[4 + a];                         \
+    }                                                                                         \
+    int64_t nvdd_lennard_jones_##SUFFIX(int64_t n, int64_t n_edges, const REAL *x,            \
+                                        const int64_t *edge_i, const int64_t *edge_j,         \
+                                        const REAL *shifts, REAL epsilon, REAL sigma,         \
+                                        REAL cutoff, REAL offset, REAL *energies,             \
+                                        REAL *forces, REAL *virials) {                        \
         const REAL cutoff2 = cutoff * cutoff, sigma2 = sigma * sigma;                         \
         const REAL four_eps = (REAL)4.0 * epsilon, minus_24_eps = (REAL)-24.0 * epsilon;      \
+        REAL acc[13] = {0};                                                                   \
+        int64_t current = -1;                                                                 \
         for (int64_t e = 0; e < n_edges; ++e) {                                               \
             const int64_t i = edge_i[e], j = edge_j[e];                                       \
-            if (i < 0 || i >= n || j < 0 || j >= n) return e;                                 \
+            if (i < 0 || i >= n || j < 0 || j >= n) {                                         \
+                if (current >= 0) lj_flush_##SUFFIX(current, acc, energies, forces, virials); \
+                return e;                                                                     \
+            }                                                                                 \
+            if (i != current) {                                                               \
+                if (current >= 0) lj_flush_##SUFFIX(current, acc, energies, forces, virials); \
+                for (int a = 0; a < 13; ++a) acc[a] = (REAL)0.0;                              \
+                current = i;                                                                  \
+            }                                                                                 \
             REAL r[3];                                                                        \
             for (int a = 0; a < 3; ++a) r[a] = (x[3 * j + a] - x[3 * i + a]) + shifts[3 * e + a]; \
             const REAL r2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];                          \
             if (!(r2 < cutoff2)) continue;                                                    \
             const REAL s = sigma2 / r2;                                                       \
             const REAL c6 = s * s * s, c12 = c6 * c6;                                         \
-            energies[i] += (four_eps * (c12 - c6) - offset) * (REAL)0.5;                      \
+            acc[0] += (four_eps * (c12 - c6) - offset) * (REAL)0.5;                           \
             const REAL dphi_over_r = minus_24_eps * ((REAL)2.0 * c12 - c6) / r2;              \
             for (int a = 0; a < 3; ++a) {                                                     \
                 const REAL f = dphi_over_r * r[a];                                            \
-                forces[3 * i + a] += f;                                                       \
+                acc[1 + a] += f;                                                              \
                 const REAL half = (REAL)0.5 * f;                                              \
-                for (int b = 0; b < 3; ++b) virials[9 * i + 3 * a + b] += half * r[b];        \
+                for (int b = 0; b < 3; ++b) acc[4 + 3 * a + b] += half * r[b];                \
             }                                                                                 \
         }                                                                                     \
+        if (current >= 0) lj_flush_##SUFFIX(current, acc, energies, forces, virials);         \
         return -1;                                                                            \
     }
 
