@@ -166,8 +166,10 @@ class HaloDomain:
         fields = {}
         # one message per dtype: the fields of a dtype travel as the columns of one block
         by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
+        present = []
         for name, value in owned.fields(level=FieldLevel.NODE):
             by_dtype.setdefault(value.dtype, []).append((name, value))
+            present.append(name)
         for group in by_dtype.values():
             widths = [math.prod(value.shape[1:]) for _, value in group]
             columns = [v.reshape(v.shape[0], w) for (_, v), w in zip(group, widths, strict=True)]
@@ -179,7 +181,8 @@ class HaloDomain:
             for (name, value), column in zip(group, block.split(widths, dim=1), strict=True):
                 fields[name] = column.reshape(-1, *value.shape[1:])
         order = torch.argsort(fields["global_ids"])
-        owned.set_nodes({name: value[order] for name, value in fields.items()})
+        # in the fields' own order: every rank must list them alike (collectives pair them up)
+        owned.set_nodes({name: fields[name][order] for name in present})
 
     def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owning rank of each position for the current cell (no hysteresis)."""
