@@ -2,7 +2,8 @@
  *
  * Plain C on raw arrays (no Python or torch headers), so a compile takes well under a second.
  * Built with -ffp-contract=off: every product and sum is rounded as torch's elementwise ops
- * round it, in the same order, so the results equal the vectorised torch code they replace.
+ * round it, in the same order, so the neighbour lists equal those of the vectorised torch code
+ * they replace, and the LJ sums differ from its segment sums only in their rounding.
  * Each kernel exists for double (suffix _f64) and float (_f32).
  */
 #ifdef __linux__
