@@ -22,7 +22,6 @@ refresh is functional (compiled runs: the result must be rebound).
 from __future__ import annotations
 
 import logging
-import math
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,9 +32,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.distributed_model.transforms import apply_transform
+from nvdd_plugins.distributed_model.transforms import apply_transform, refresh_together
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.spec import OpAdapter, ScatterOutputs, scattered_onto_nodes
+from nvdd_plugins.spec import OpAdapter, scattered_onto_nodes
 
 __all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode", "is_aggregation"]
 
@@ -238,7 +237,7 @@ class HaloInterceptionMode(TorchFunctionMode):
         if not adapter.output_transforms:
             return result
         outputs = list(result) if isinstance(result, tuple | list) else [result]
-        done = self._refresh_together(adapter, outputs)
+        done = refresh_together(adapter.output_transforms, outputs, self.ctx)
         for position, transform in adapter.output_transforms.items():
             if position in done:
                 continue
@@ -248,27 +247,6 @@ class HaloInterceptionMode(TorchFunctionMode):
                 )
             outputs[position] = apply_transform(transform, outputs[position], self.ctx)
         return type(result)(outputs) if isinstance(result, tuple | list) else outputs[0]
-
-    def _refresh_together(self, adapter: OpAdapter, outputs: list[Any]) -> set[int]:
-        """Refresh the ghost rows of an op's node-indexed `ScatterOutputs` outputs of one dtype
-        in one exchange (their columns side by side), in place in `outputs`; their positions."""
-        n = len(outputs)
-        positions = [
-            p
-            for p, transform in adapter.output_transforms.items()
-            if isinstance(transform, ScatterOutputs)
-            and p < n
-            and isinstance(outputs[p], torch.Tensor)
-            and self.ctx.is_node_indexed(outputs[p])
-        ]
-        if len(positions) < 2 or len({outputs[p].dtype for p in positions}) > 1:
-            return set()
-        rows = self.ctx.n_rows
-        block = torch.cat([outputs[p].reshape(rows, -1) for p in positions], dim=1)
-        widths = [math.prod(outputs[p].shape[1:]) for p in positions]
-        for p, column in zip(positions, self.ctx.refresh(block).split(widths, dim=1), strict=True):
-            outputs[p] = column.reshape(outputs[p].shape)
-        return set(positions)
 
     def _check_opaque(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Report an opaque op that reads node-indexed tensors and no adapter covers."""
