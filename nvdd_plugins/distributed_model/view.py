@@ -106,15 +106,17 @@ class HaloView:
     def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
         """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3).
 
-        Computed once per view and cell: an unchanged cell without gradients gets the same
-        tensor back (do not modify it)."""
+        On the CPU computed once per view and cell: an unchanged cell without gradients gets
+        the same tensor back (do not modify it). Elsewhere the comparison would cost a host
+        synchronisation, more than the product."""
+        reuse = cell.device.type == "cpu" and not cell.requires_grad
         known = self._shifts_by_cell
-        if not cell.requires_grad:
+        if reuse:
             for reference, shifts in known:
                 if reference.dtype == cell.dtype and torch.equal(reference, cell):
                     return shifts
         shifts = rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
-        if not cell.requires_grad:
+        if reuse:
             known[:] = [(cell.clone(), shifts)]
         return shifts
 
