@@ -10,6 +10,10 @@ median steps/s, with the nvdd / peer ratio (> 1: nvdd faster). Two ranks run und
 `python -m torch.distributed.run --standalone --nproc_per_node=2`. Before timing, both
 report the total energy after 1 and after `--check` steps of the same initial state
 (2,048 atoms, skin 0, per rank count) and the table notes their relative difference.
+`--cold N` adds the cold-start row: the whole process wall of a short run (`--cold-atoms`,
+skin 0, `--cold-ranks` ranks, N steps) with every compile cache empty (nvdd's native-kernel
+cache `NVDD_CACHE_DIR`, Warp's `WARP_CACHE_PATH`, Inductor's `TORCHINDUCTOR_CACHE_DIR`, each a
+new temporary folder), interleaved like the warm runs.
 
 nvdd runs with `NVDD_PYTHON` (default: this interpreter), the peer with `PEER_PYTHON` (default
 /tmp/peer/bin/python, a scratch venv with `pip install torch==2.13.0 nvalchemi-toolkit==0.2.0`;
@@ -28,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -42,9 +47,9 @@ def command(python: str, ranks: int, script: Path, args: list[str]) -> list[str]
     return [*launcher, str(script), *args]
 
 
-def run(python: str, ranks: int, which: str, args: list[str]) -> str:
+def run(python: str, ranks: int, which: str, args: list[str], env_extra: dict | None = None) -> str:
     """Run one fresh process (group); its stdout. Raises with its output on failure."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", **(env_extra or {}))
     if which == "nvdd":  # this checkout's nvdd, not whichever one the venv has installed
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
     cmd = command(python, ranks, SCRIPTS[which], args)
@@ -67,6 +72,20 @@ def timed(python: str, ranks: int, which: str, options: argparse.Namespace) -> d
     return {(row["atoms"], row["skin"]): row["steps_per_s"] for row in rows}
 
 
+def cold_wall(python: str, which: str, options: argparse.Namespace) -> float:
+    """Seconds of one fresh process (group) running `options.cold` steps with empty caches."""
+    args = ["--atoms", str(options.cold_atoms), "--skin", "0", "--steps", str(options.cold)]
+    args += ["--rounds", "1", "--warmup", "0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        caches = {
+            name: str(Path(tmp) / name)
+            for name in ("NVDD_CACHE_DIR", "WARP_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR")
+        }
+        start = time.perf_counter()
+        run(python, options.cold_ranks, which, args, caches)
+        return time.perf_counter() - start
+
+
 def energies(python: str, ranks: int, which: str, steps: int) -> dict:
     """{step: E_tot} after 1 and `steps` steps, 2,048 atoms, skin 0."""
     args = ["--atoms", "2048", "--skin", "0", "--check", str(steps)]
@@ -84,6 +103,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed blocks per case")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--check", type=int, default=20, help="energy check steps (0: none)")
+    parser.add_argument("--cold", type=int, default=0, help="cold-start steps (0: no cold row)")
+    parser.add_argument("--cold-atoms", type=int, default=256)
+    parser.add_argument("--cold-ranks", type=int, default=2)
     parser.add_argument("--json", help="write the results here")
     options = parser.parse_args()
     pythons = {"nvdd": os.environ.get("NVDD_PYTHON", sys.executable)}
@@ -111,6 +133,12 @@ def main() -> None:
                     f"relative {abs(a - b) / abs(b):.2e}"
                 )
 
+    cold: dict[str, list[float]] = {}
+    for rep in range(options.reps if options.cold else 0):
+        for code in codes:
+            cold.setdefault(code, []).append(cold_wall(pythons[code], code, options))
+        print(f"# done: cold start, repetition {rep + 1}", flush=True)
+
     samples: dict[tuple, list[float]] = {}
     for ranks in options.ranks:
         for rep in range(options.reps):
@@ -137,6 +165,13 @@ def main() -> None:
             line += f" {row['peer']:8.2f} {row['ratio']:9.2f}"
         rows.append(row)
         print(line)
+    if cold:
+        walls = {code: statistics.median(values) for code, values in cold.items()}
+        line = f"\n# cold start, {options.cold_atoms} atoms, {options.cold_ranks} ranks, "
+        line += f"{options.cold} steps, process wall [s]: nvdd {walls['nvdd']:.1f}"
+        if "peer" in walls:
+            line += f", peer {walls['peer']:.1f}, nvdd / peer {walls['nvdd'] / walls['peer']:.2f}"
+        print(line)
     if options.json:
         Path(options.json).write_text(
             json.dumps(
@@ -144,6 +179,7 @@ def main() -> None:
                     "args": vars(options),
                     "rows": rows,
                     "energy_checks": checks,
+                    "cold_walls": cold,
                     "samples": {"/".join(map(str, k)): v for k, v in samples.items()},
                 },
                 indent=1,

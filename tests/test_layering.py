@@ -21,6 +21,7 @@ from tests.helpers.multiprocess import REPO
 # bottom-up; packages in one tuple are siblings (neither imports the other)
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "config"),
+    ("native",),
     ("data",),
     ("geometry",),
     ("decomposition",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
@@ -159,15 +160,29 @@ class HaloDomain:
         )
         counts = {q: int(t.shape[0]) for q, t in arrived_ids.items() if q != me}
         self.migrated += sum(counts.values())
+        if not leaving and not counts and bool((ids[1:] > ids[:-1]).all()):
+            return  # no atom leaves or arrives, and the batch is sorted already
         stay = dest == me
         fields = {}
+        # one message per dtype: the fields of a dtype travel as the columns of one block
+        by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
+        present = []
         for name, value in owned.fields(level=FieldLevel.NODE):
+            by_dtype.setdefault(value.dtype, []).append((name, value))
+            present.append(name)
+        for group in by_dtype.values():
+            widths = [math.prod(value.shape[1:]) for _, value in group]
+            columns = [v.reshape(v.shape[0], w) for (_, v), w in zip(group, widths, strict=True)]
+            block = torch.cat(columns, dim=1)
             moved = self.comm.exchange(
-                {q: value[idx] for q, idx in leaving.items()}, counts, template=value
+                {q: block[idx] for q, idx in leaving.items()}, counts, template=block
             )
-            fields[name] = torch.cat([value[stay], *(moved[q] for q in sorted(moved))])
+            block = torch.cat([block[stay], *(moved[q] for q in sorted(moved))])
+            for (name, value), column in zip(group, block.split(widths, dim=1), strict=True):
+                fields[name] = column.reshape(-1, *value.shape[1:])
         order = torch.argsort(fields["global_ids"])
-        owned.set_nodes({name: value[order] for name, value in fields.items()})
+        # in the fields' own order: every rank must list them alike (collectives pair them up)
+        owned.set_nodes({name: fields[name][order] for name in present})
 
     def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owning rank of each position for the current cell (no hysteresis)."""

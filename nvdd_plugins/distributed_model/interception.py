@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.distributed_model.transforms import apply_transform
+from nvdd_plugins.distributed_model.transforms import apply_transform, refresh_together
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter, scattered_onto_nodes
 
@@ -237,7 +237,10 @@ class HaloInterceptionMode(TorchFunctionMode):
         if not adapter.output_transforms:
             return result
         outputs = list(result) if isinstance(result, tuple | list) else [result]
+        done = refresh_together(adapter.output_transforms, outputs, self.ctx)
         for position, transform in adapter.output_transforms.items():
+            if position in done:
+                continue
             if position >= len(outputs):
                 raise DistributionRuleError(
                     f"OpAdapter for {func}: the op has no output {position}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -16,7 +18,7 @@ from nvdd_plugins.spec import (
     Transform,
 )
 
-__all__ = ["apply_transform"]
+__all__ = ["apply_transform", "refresh_together"]
 
 
 def _refresh(value: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
@@ -41,3 +43,24 @@ def apply_transform(transform: Transform, value: object, ctx: HaloContext) -> ob
     if not isinstance(value, torch.Tensor):
         return value
     return _EXECUTORS[type(transform)](value, ctx)
+
+
+def refresh_together(
+    transforms: Mapping[int, Transform], outputs: list[Any], ctx: HaloContext
+) -> set[int]:
+    """Refresh the ghost rows of an op's node-indexed `ScatterOutputs` outputs (`transforms`
+    by output position) in one exchange when there are several of one dtype (their columns
+    side by side), in place in `outputs`; the positions done (none otherwise)."""
+    n = len(outputs)
+    positions = [
+        p
+        for p, transform in transforms.items()
+        if isinstance(transform, ScatterOutputs) and p < n and ctx.is_node_indexed(outputs[p])
+    ]
+    if len(positions) < 2 or len({outputs[p].dtype for p in positions}) > 1:
+        return set()
+    block = torch.cat([outputs[p].reshape(ctx.n_rows, -1) for p in positions], dim=1)
+    widths = [math.prod(outputs[p].shape[1:]) for p in positions]
+    for p, column in zip(positions, ctx.refresh(block).split(widths, dim=1), strict=True):
+        outputs[p] = column.reshape(outputs[p].shape)
+    return set(positions)

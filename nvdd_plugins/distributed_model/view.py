@@ -33,6 +33,8 @@ class HaloView:
         padding_positions: (n_rows - n_local, 3) far-away positions of the padding rows.
         wrapped_axes: (3,) bool, the periodic axes along which pairs wrap (edge shifts)
             instead of reaching ghost images.
+        built_shifts: optional (cell, shifts): the edge slots' Cartesian shifts (Å) for that
+            (3, 3) cell, as `edge_shifts` computes them; given back for the same cell.
     """
 
     plan: HaloPlan
@@ -44,6 +46,7 @@ class HaloView:
     edge_unit_shifts: torch.Tensor
     padding_positions: torch.Tensor
     wrapped_axes: torch.Tensor
+    built_shifts: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def n_owned(self) -> int:
@@ -104,8 +107,25 @@ class HaloView:
         return self.edge_unit_shifts.to(self.padding_positions.dtype)
 
     def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
-        """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3)."""
-        return rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
+        """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3).
+
+        On the CPU computed once per view and cell: an unchanged cell without gradients gets
+        the same tensor back (do not modify it). Elsewhere the comparison would cost a host
+        synchronisation, more than the product."""
+        reuse = cell.device.type == "cpu" and not cell.requires_grad
+        known = self._shifts_by_cell
+        if reuse:
+            for reference, shifts in known:
+                if reference.dtype == cell.dtype and torch.equal(reference, cell):
+                    return shifts
+        shifts = rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
+        if reuse:
+            known[:] = [(cell.clone(), shifts)]
+        return shifts
+
+    @cached_property
+    def _shifts_by_cell(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [] if self.built_shifts is None else [self.built_shifts]
 
     def active_edges(
         self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
@@ -151,6 +171,7 @@ def assemble_view(
     spacing: float,
     far_pair_padding: bool = False,
     wrapped_axes: torch.Tensor | None = None,
+    built_shifts: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> HaloView:
     """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
 
@@ -159,7 +180,8 @@ def assemble_view(
     `far_pair_padding` (compiled runs: no data-dependent filtering), a pair of padding rows
     farther apart than `spacing`, which a cutoff-safe model weighs exactly zero. The row
     count is bumped until it differs from the slot count and from 1. `wrapped_axes`: the
-    axes `pair_units` wrap along (default none).
+    axes `pair_units` wrap along (default none). `built_shifts`: the pairs' Cartesian
+    shifts for a cell, (cell, (E, 3)), kept (padded) for `edge_shifts`.
     """
     device = local_positions.device
     n_local = plan.n_local
@@ -172,12 +194,20 @@ def assemble_view(
     def padded(rows: torch.Tensor, fill: int) -> torch.Tensor:
         return torch.cat([rows, rows.new_full((n_pad, *rows.shape[1:]), fill)])
 
-    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-    if far_pair_padding:
-        edge_index[0], edge_index[1] = n_local, n_local + 1
-    edge_index[:, : pairs.shape[1]] = pairs
-    edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
-    edge_units[: pairs.shape[1]] = pair_units
+    if slots == pairs.shape[1]:  # no empty slots: the pairs as they are
+        edge_index, edge_units = pairs.long(), pair_units.long()
+    else:
+        edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+        if far_pair_padding:
+            edge_index[0], edge_index[1] = n_local, n_local + 1
+        edge_index[:, : pairs.shape[1]] = pairs
+        edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
+        edge_units[: pairs.shape[1]] = pair_units
+    if built_shifts is not None:
+        cell, pair_shifts = built_shifts
+        if slots > pairs.shape[1]:
+            pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - pairs.shape[1], 3)])
+        built_shifts = (cell.detach().clone(), pair_shifts)
     reach = local_positions.abs().max() if n_local else local_positions.new_zeros(())
     steps = torch.arange(1, n_pad + 1, device=device, dtype=local_positions.dtype)
     padding = local_positions.new_zeros(n_pad, 3)
@@ -196,6 +226,7 @@ def assemble_view(
             if wrapped_axes is None
             else wrapped_axes.to(device)
         ),
+        built_shifts=built_shifts,
     )
 
 
@@ -233,19 +264,21 @@ def build_halo_view(
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
+    built_shifts = None
     if list_pairs:
-        listed = build_neighbor_list(local, cell, wrapped, width)
-        touches_owned = (listed.edge_index[0] < n_owned) | (listed.edge_index[1] < n_owned)
-        pairs, pair_units = listed.edge_index[:, touches_owned], listed.unit_shifts[touches_owned]
+        listed = build_neighbor_list(local, cell, wrapped, width, touching=n_owned)
+        pairs, pair_units = listed.edge_index, listed.unit_shifts
+        built_shifts = (cell, listed.shifts)
     else:
         pairs = torch.empty(2, 0, dtype=torch.long, device=device)
         pair_units = torch.empty(0, 3, dtype=torch.long, device=device)
+    numbers, ids = local_rows(torch.stack([owned_numbers.long(), owned_ids.long()], 1)).unbind(1)
     return assemble_view(
         plan,
         local,
         units,
-        local_rows(owned_numbers.long()),
-        local_rows(owned_ids.long()),
+        numbers,
+        ids,
         pairs,
         pair_units,
         padding_species,
@@ -254,4 +287,5 @@ def build_halo_view(
         width,
         far_pair_padding,
         wrapped,
+        built_shifts,
     )

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
+
+from nvdd_plugins.native import bin_grid_native
 
 from .cell import rows_times_3x3, wrap_in_complete_cell
 
@@ -145,7 +148,12 @@ class BinGrid:
     sorted_atom: torch.Tensor  # (M,) int64 atom of each bin-sorted point
     sorted_unit: torch.Tensor  # (M, 3) int64 lattice vectors of each bin-sorted point
     own_slot: torch.Tensor  # (Q,) bin-sorted slot of each query's own point
-    slot_pos: torch.Tensor  # (Q * C, 3) query position repeated for each column
+    query_pos: torch.Tensor  # (Q, 3) position of each query's own point
+
+    @cached_property
+    def slot_pos(self) -> torch.Tensor:
+        """(Q * C, 3) query position repeated for each column."""
+        return self.query_pos.repeat_interleave(self.start.shape[1], dim=0)
 
 
 def build_bin_grid(ext: PeriodicPoints, stencil: int, reach: float) -> BinGrid:
@@ -161,6 +169,20 @@ def build_bin_grid(ext: PeriodicPoints, stencil: int, reach: float) -> BinGrid:
     device = ext.pos.device
     bins = _make_bins(ext.pos, reach / stencil)
     shape = bins.shape
+    native = bin_grid_native(
+        ext.pos, ext.central, bins.lo, bins.scale, bins.width, shape, stencil, reach
+    )
+    if native is not None:  # the same grid, in one loop of C
+        order, own_slot, start, count = native
+        return BinGrid(
+            start=start,
+            count=count,
+            sorted_pos=ext.pos.index_select(0, order),
+            sorted_atom=ext.atom.index_select(0, order),
+            sorted_unit=ext.unit.index_select(0, order),
+            own_slot=own_slot,
+            query_pos=ext.pos.index_select(0, ext.central),
+        )
     coords = bins.coordinates(ext.pos)
     key = _linear_key(coords, shape)
     sorted_key, order = torch.sort(key, stable=True)
@@ -206,5 +228,5 @@ def build_bin_grid(ext: PeriodicPoints, stencil: int, reach: float) -> BinGrid:
         sorted_atom=ext.atom.index_select(0, order),
         sorted_unit=ext.unit.index_select(0, order),
         own_slot=slot_of_point.index_select(0, ext.central),
-        slot_pos=query_pos.repeat_interleave(start.shape[1], dim=0),
+        query_pos=query_pos,
     )

@@ -13,7 +13,8 @@ chord of the atom's cutoff sphere (one contiguous range of the sorted points per
 enumerate the candidates with counts + ``repeat_interleave``, keep those within the cutoff
 (screened on the extended positions with a small rounding margin, then decided exactly on
 ``positions[j] - positions[i] + shifts``). Everything is vectorised torch; candidates are
-processed in memory-bounded chunks.
+processed in memory-bounded chunks. On the CPU the candidate scan, most of the build, runs as
+one loop of native C (`nvdd_plugins.native`) when that library loads: same edges, same order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from nvdd_plugins.native import neighbor_pairs_native
 
 from .cell import PbcLike, _as_pbc, complete_cell, perpendicular_widths, rows_times_3x3
 from .cell_grid import BinGrid, build_bin_grid, with_periodic_images
@@ -104,8 +107,10 @@ def _chunk_edges(
     n_candidates: int,
     reach: float,
     cutoff: float,
+    touching: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(edge_index, unit_shifts, shifts)`` of the queries ``q0 <= i < q1``, in list order."""
+    """``(edge_index, unit_shifts, shifts)`` of the queries ``q0 <= i < q1`` with ``i`` or
+    ``j`` below ``touching``, in list order."""
     device = positions.device
     columns = grid.start.shape[1]
     counts = grid.count[q0:q1].reshape(-1)
@@ -131,6 +136,8 @@ def _chunk_edges(
     keep = (torch.linalg.vector_norm(vectors, dim=1) < cutoff) & (
         point != grid.own_slot.index_select(0, i)
     )
+    if touching < positions.shape[0]:
+        keep &= (i < touching) | (j < touching)
     keep = keep.nonzero().squeeze(1)
     edge_index = torch.stack((i.index_select(0, keep), j.index_select(0, keep)))
     return edge_index, unit.index_select(0, keep), shift.index_select(0, keep)
@@ -151,6 +158,7 @@ def build_neighbor_list(
     cutoff: float,
     *,
     max_candidates: int | None = None,
+    touching: int | None = None,
 ) -> NeighborList:
     """Full neighbour list of all pairs closer than ``cutoff`` (Å), with periodic images.
 
@@ -160,7 +168,8 @@ def build_neighbor_list(
     box (several images of a pair, self-images ``(i, i, n != 0)``). Runs in O(N) time for a
     bounded density. ``max_candidates`` bounds the candidate pairs held in memory at once
     (about 100 bytes each; default 2**24 on the CPU, 2**26 on a GPU, 2**27 on a GPU with at
-    least 64 GiB).
+    least 64 GiB). With ``touching``, only the pairs with an atom below that index are listed
+    (a domain's owned atoms come first, and pairs between two ghosts are not needed).
     Indices are not differentiable and ``shifts`` is detached: for gradients with respect to
     the cell, recompute ``rows_times_3x3(unit_shifts, cell)``. Output keeps the input
     dtype/device.
@@ -193,6 +202,7 @@ def build_neighbor_list(
     n = positions.shape[0]
     if n == 0:
         return _empty(dtype, device)
+    touching = n if touching is None else min(int(touching), n)
 
     magnitude = float(positions.abs().amax())
     if not math.isfinite(magnitude):
@@ -207,11 +217,30 @@ def build_neighbor_list(
 
     ext = with_periodic_images(positions, full_cell, periodic, widths, reach)
     grid = build_bin_grid(ext, _BINS_PER_CUTOFF, reach)
+    lattice = cell if full_cell is not None else None
+    native = neighbor_pairs_native(
+        grid.start,
+        grid.count,
+        grid.sorted_pos,
+        grid.query_pos,
+        grid.sorted_atom,
+        grid.sorted_unit,
+        grid.own_slot,
+        ext.image,
+        positions,
+        lattice,
+        reach,
+        cutoff,
+        touching,
+    )
+    if native is not None:
+        return NeighborList(*native)
     if max_candidates is None:
         max_candidates = _default_max_candidates(device)
-    lattice = cell if full_cell is not None else None
     chunks = [
-        _chunk_edges(positions, lattice, ext.image, grid, q0, q1, n_candidates, reach, cutoff)
+        _chunk_edges(
+            positions, lattice, ext.image, grid, q0, q1, n_candidates, reach, cutoff, touching
+        )
         for q0, q1, n_candidates in _chunk_bounds(grid.count.sum(dim=1), max_candidates)
     ]
     if not chunks:

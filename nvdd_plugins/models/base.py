@@ -120,7 +120,8 @@ class BaseModelMixin:
         shifts = batch.get("shifts")
         if shifts is None:
             shifts = batch.positions.new_zeros(edge_index.shape[1], 3)
-        if not torch.compiler.is_compiling():
+        # one reduction finds whether any slot holds a padding sentinel (most views have none)
+        if not torch.compiler.is_compiling() and edge_index.numel() and edge_index.max() >= n:
             valid = (edge_index[0] < n) & (edge_index[1] < n)
             edge_index, shifts = edge_index[:, valid], shifts[valid]
         return ModelInputs(

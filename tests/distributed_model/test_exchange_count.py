@@ -1,7 +1,8 @@
 """How many halo exchanges one step makes: positions plus one per message-passing layer in
 the forward, the same again in the backward (MACE: one per layer after the first, whose
 node features are the species'); none at one rank, where periodic images are shifts, not
-ghost rows. A counting communicator sees every exchange."""
+ghost rows; for the LJ kernel (forces from the op, no backward) positions plus one refresh of
+its three per-atom outputs together. A counting communicator sees every exchange."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.comm.simulated import SimulatedCommunicator
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
 from tests.helpers.systems import SYSTEMS
 
 
@@ -60,6 +61,15 @@ def test_mpnn_exchanges_per_step(n_layers: int) -> None:
     for counts in _steady_counts(model, atoms, 2):
         assert counts == [2 * (n_layers + 1)] * 3
     assert _steady_counts(model, atoms, 1) == [[0, 0, 0]]
+
+
+def test_lennard_jones_outputs_refresh_in_one_exchange() -> None:
+    """Energies, forces and virials of `nvdd::lennard_jones` (ScatterOutputs each) travel as
+    one block: 2 exchanges per step, not 4."""
+    model = LennardJonesModel(0.0104, 3.40, 4.5)
+    atoms = SYSTEMS["bulk"]()
+    for counts in _steady_counts(model, atoms, 2):
+        assert counts == [2] * 3
 
 
 @pytest.mark.mace

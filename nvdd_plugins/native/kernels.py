@@ -1,0 +1,160 @@
+"""Tensor-level entry points of the native kernels: None where they do not apply (no
+library, `NVDD_NATIVE=0`, a tensor off the CPU or not float32/float64), so callers fall back to
+their torch code."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from .build import native_enabled, native_library
+
+__all__ = ["bin_grid_native", "lennard_jones_native", "neighbor_pairs_native"]
+
+_SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
+_HUGE_PAGE = 2 << 20
+
+
+def _fresh(rows: int, columns: int, dtype: torch.dtype) -> torch.Tensor:
+    """An empty (rows, columns) tensor for a kernel to fill; a large one starts on a 2 MiB
+    boundary and asks for huge pages, so its first touch (the kernel's writes) takes one page
+    fault per 2 MiB instead of one per 4 KiB (several ms per step on a VM)."""
+    nbytes = rows * columns * dtype.itemsize
+    if nbytes < 2 * _HUGE_PAGE:
+        return torch.empty(rows, columns, dtype=dtype)
+    raw = torch.empty(nbytes + _HUGE_PAGE, dtype=torch.uint8)
+    skip = -raw.data_ptr() % _HUGE_PAGE
+    buffer = raw[skip : skip + nbytes].view(dtype).view(rows, columns)
+    native_library().nvdd_advise_huge(buffer.data_ptr(), nbytes)
+    return buffer
+
+
+def _function(name: str, *tensors: torch.Tensor) -> ctypes._CFuncPtr | None:
+    dtype = tensors[0].dtype
+    if dtype not in _SUFFIX or any(t.device.type != "cpu" for t in tensors):
+        return None
+    if not native_enabled():
+        return None
+    return getattr(native_library(), f"{name}_{_SUFFIX[dtype]}")
+
+
+def _address(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+def bin_grid_native(
+    points: torch.Tensor,
+    central: torch.Tensor,
+    lo: torch.Tensor,
+    scale: torch.Tensor,
+    width: torch.Tensor,
+    shape: list[int],
+    stencil: int,
+    reach: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`geometry.cell_grid.build_bin_grid`'s search structure on the grid `lo`, `scale`,
+    `width`, `shape`: (bin order of the points, each query's slot in it, (Q, C) int32 first
+    slot and count of each stencil column); None where the native code does not apply (also
+    for grids of more than 4 M + 1024 bins)."""
+    function = _function("nvdd_bin_grid", points, lo, scale, width)
+    n_bins = shape[0] * shape[1] * shape[2]
+    if function is None or n_bins > 4 * points.shape[0] + 1024:
+        return None
+    points, central = points.contiguous(), central.to(torch.int64).contiguous()
+    grid = [t.to(points.dtype).contiguous() for t in (lo, scale, width)]
+    columns = (2 * min(stencil, shape[0] - 1) + 1) * (2 * min(stencil, shape[1] - 1) + 1)
+    n_queries = central.shape[0]
+    order = torch.empty(points.shape[0], dtype=torch.int64)
+    own_slot = torch.empty(n_queries, dtype=torch.int64)
+    start = torch.empty(n_queries, columns, dtype=torch.int32)
+    count = torch.empty(n_queries, columns, dtype=torch.int32)
+    status = function(
+        points.shape[0],
+        points.data_ptr(),
+        n_queries,
+        central.data_ptr(),
+        *(t.data_ptr() for t in grid),
+        *shape,
+        stencil,
+        reach,
+        *(t.data_ptr() for t in (order, own_slot, start, count)),
+    )
+    if status != 0:
+        raise MemoryError("native bin grid: out of memory")
+    return order, own_slot, start, count
+
+
+def neighbor_pairs_native(
+    start: torch.Tensor,
+    count: torch.Tensor,
+    sorted_pos: torch.Tensor,
+    query_pos: torch.Tensor,
+    sorted_atom: torch.Tensor,
+    sorted_unit: torch.Tensor,
+    own_slot: torch.Tensor,
+    image: torch.Tensor,
+    positions: torch.Tensor,
+    cell: torch.Tensor | None,
+    reach: float,
+    cutoff: float,
+    touching: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`(edge_index, unit_shifts, shifts)` of every query of a `BinGrid` (fields as there;
+    `query_pos` (Q, 3) the queries' extended positions) with an end below `touching`, in the
+    order of `geometry.neighbor_list`'s vectorised search; None where the native code does not
+    apply."""
+    function = _function("nvdd_neighbor_pairs", positions, sorted_pos, query_pos)
+    if function is None or sorted_pos.dtype != positions.dtype:
+        return None
+    start, count = start.contiguous().int(), count.contiguous().int()
+    arrays = [sorted_pos, query_pos, sorted_atom, sorted_unit, own_slot, image, positions]
+    arrays = [a.contiguous() for a in arrays]
+    if cell is not None:
+        cell = cell.to(positions.dtype).contiguous()
+    n_queries, columns = start.shape
+    head = (0, n_queries, columns, touching, start.data_ptr(), count.data_ptr())
+    inputs = (*head, *(a.data_ptr() for a in arrays), _address(cell), reach, cutoff)
+    # Room for every candidate: only the rows written are ever paged in; the results are views
+    # of their first rows.
+    room = int(count.sum())
+    pairs = _fresh(2 * room, 1, torch.int64).view(-1)
+    units = _fresh(room, 3, torch.int64)
+    vectors = _fresh(room, 3, positions.dtype)
+    n_edges = function(*inputs, *(t.data_ptr() for t in (pairs, units, vectors)))
+    edge_index = pairs[: 2 * n_edges].view(2, n_edges)
+    unit_shifts, shifts = units[:n_edges], vectors[:n_edges]
+    return edge_index, unit_shifts, shifts
+
+
+def lennard_jones_native(
+    positions: torch.Tensor,
+    edge_index: torch.Tensor,
+    shifts: torch.Tensor,
+    epsilon: float,
+    sigma: float,
+    cutoff: float,
+    offset: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Per-atom LJ energies, forces and virials as `kernels.lennard_jones` defines them
+    (`offset`: the pair energy subtracted inside the cutoff); None where the native code does
+    not apply. Raises IndexError for an edge index outside the atoms."""
+    function = _function("nvdd_lennard_jones", positions, shifts)
+    if function is None or shifts.dtype != positions.dtype:
+        return None
+    positions, shifts = positions.detach().contiguous(), shifts.detach().contiguous()
+    edge_index = edge_index.to(torch.int64).contiguous()
+    n, n_edges = positions.shape[0], edge_index.shape[1]
+    energies = positions.new_zeros(n)
+    forces = positions.new_zeros(n, 3)
+    virials = positions.new_zeros(n, 3, 3)
+    tensors = (positions, edge_index[0], edge_index[1], shifts)
+    parameters = (epsilon, sigma, cutoff, offset)
+    outputs = (energies, forces, virials)
+    bad = function(
+        n, n_edges, *(t.data_ptr() for t in tensors), *parameters, *(t.data_ptr() for t in outputs)
+    )
+    if bad >= 0:
+        pair = edge_index[:, bad].tolist()
+        raise IndexError(f"edge {bad} = {pair} indexes outside the {n} atoms")
+    return energies, forces, virials
