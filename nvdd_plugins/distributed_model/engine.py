@@ -77,6 +77,8 @@ class HaloEngine:
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
         self.runner.rebuilt()
+        if not (self._accepts_skin_pairs or self.config.compile):
+            return  # pairs are filtered to the cutoff anyway: nothing depends on the widths
         unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
         self._skin_pairs = self._accepts_skin_pairs and unambiguous
         if self.config.compile and not unambiguous:
