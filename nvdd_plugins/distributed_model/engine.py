@@ -60,10 +60,6 @@ class HaloEngine:
             self.chunks = _chunked_evaluator(self.model, self.spec, config)
             config = dataclasses.replace(config, halo_layers=self.chunks.n_layers)
         self.config = config
-        self._own_stress = (
-            "stress" not in model.model_config.autograd_outputs
-            and self.spec.output_kinds.get("stresses") is OutputKind.PER_NODE
-        )
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         neighbors = model.model_config.neighbor_config
         self._accepts_skin_pairs = bool(
@@ -182,12 +178,8 @@ class HaloEngine:
             with torch.enable_grad():
                 (gradient,) = torch.autograd.grad(local, leaf, derived["forces"])
             reduced["forces"] = gradient
-        if want_stress:
+        if want_stress or self.chunks.own_stress:
             reduced["stress"] = self.comm.all_reduce(derived["stress"], "sum")
-        elif self._own_stress:  # a kernel model's stress: the sum of its per-atom stresses
-            stresses = per_row.get("stresses", local.new_zeros(view.n_owned, 3, 3))
-            owned = stresses[: view.n_owned].sum(dim=0, keepdim=True)
-            reduced["stress"] = self.comm.all_reduce(owned, "sum")
         return RowResults(per_row, reduced, frozenset())
 
     def batch(

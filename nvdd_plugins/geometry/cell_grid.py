@@ -166,23 +166,32 @@ def build_bin_grid(ext: PeriodicPoints, stencil: int, reach: float) -> BinGrid:
     third fewer candidates than the full stencil). The bounds use ``reach``, which exceeds the
     cutoff by far more than the rounding of the bin coordinates.
     """
-    device = ext.pos.device
     bins = _make_bins(ext.pos, reach / stencil)
-    shape = bins.shape
     native = bin_grid_native(
-        ext.pos, ext.central, bins.lo, bins.scale, bins.width, shape, stencil, reach
+        ext.pos, ext.central, bins.lo, bins.scale, bins.width, bins.shape, stencil, reach
     )
     if native is not None:  # the same grid, in one loop of C
         order, own_slot, start, count = native
-        return BinGrid(
-            start=start,
-            count=count,
-            sorted_pos=ext.pos.index_select(0, order),
-            sorted_atom=ext.atom.index_select(0, order),
-            sorted_unit=ext.unit.index_select(0, order),
-            own_slot=own_slot,
-            query_pos=ext.pos.index_select(0, ext.central),
-        )
+    else:
+        order, own_slot, start, count = _torch_bin_grid(ext, bins, stencil, reach)
+    return BinGrid(
+        start=start,
+        count=count,
+        sorted_pos=ext.pos.index_select(0, order),
+        sorted_atom=ext.atom.index_select(0, order),
+        sorted_unit=ext.unit.index_select(0, order),
+        own_slot=own_slot,
+        query_pos=ext.pos.index_select(0, ext.central),
+    )
+
+
+def _torch_bin_grid(
+    ext: PeriodicPoints, bins: _Bins, stencil: int, reach: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`bin_grid_native` in torch: the points' sort order, each query's own slot in it, and
+    per query and stencil column the first slot and the count of candidates."""
+    device = ext.pos.device
+    shape = bins.shape
     coords = bins.coordinates(ext.pos)
     key = _linear_key(coords, shape)
     sorted_key, order = torch.sort(key, stable=True)
@@ -221,12 +230,4 @@ def build_bin_grid(ext: PeriodicPoints, stencil: int, reach: float) -> BinGrid:
 
     slot_of_point = torch.empty_like(order)
     slot_of_point[order] = torch.arange(order.numel(), device=device)
-    return BinGrid(
-        start=start,
-        count=count,
-        sorted_pos=ext.pos.index_select(0, order),
-        sorted_atom=ext.atom.index_select(0, order),
-        sorted_unit=ext.unit.index_select(0, order),
-        own_slot=slot_of_point.index_select(0, ext.central),
-        query_pos=query_pos,
-    )
+    return order, slot_of_point.index_select(0, ext.central), start, count

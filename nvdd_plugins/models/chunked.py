@@ -86,6 +86,10 @@ class ChunkedEvaluator:
         spec = model.distribution_spec()
         kinds = spec.output_kinds if spec is not None else ENERGY_KINDS
         self._per_atom = frozenset(k for k, v in kinds.items() if v is OutputKind.PER_NODE)
+        # a kernel model's stress is the sum of its per-atom stresses
+        self.own_stress = (
+            "stress" not in model.model_config.autograd_outputs and "stresses" in self._per_atom
+        )
         self.last_plan: ChunkPlan | None = None  # of the last evaluation
         self._grid_hint: tuple[int, int, int] | None = None
 
@@ -115,8 +119,8 @@ class ChunkedEvaluator:
         energies = per_atom.get("energies", batch.positions.new_zeros(batch.num_nodes))
         out = {**per_atom, "energies": energies, "energy": energies.sum().reshape(1)}
         out.update(totals)
-        if "stress" in properties and not want_stress and "stresses" in per_atom:
-            out["stress"] = per_atom["stresses"].sum(dim=0, keepdim=True)
+        if "stress" not in properties:
+            out.pop("stress", None)
         return out
 
     def evaluate_rows(
@@ -134,7 +138,8 @@ class ChunkedEvaluator:
 
         Returns, detached: the model's per-atom outputs of the targets, and the derivatives
         of the targets' energy: "forces" (-dE/dx of every row) and "stress" (dE/dstrain /
-        volume, (1, 3, 3)) when asked for.
+        volume, (1, 3, 3)) when asked for; for a model computing its own per-atom stresses
+        (`own_stress`), "stress" is always their sum over the targets.
         """
         positions = positions.detach().requires_grad_(want_forces)
         cell = cell.detach()
@@ -174,7 +179,9 @@ class ChunkedEvaluator:
                 totals[name] = totals[name] + value if name in totals else value
         if want_forces and "forces" not in totals:
             totals["forces"] = torch.zeros_like(positions.detach())
-        if want_stress and "stress" not in totals:
+        if self.own_stress and not want_stress and "stresses" in per_atom:
+            totals["stress"] = per_atom["stresses"].sum(dim=0, keepdim=True)
+        if (want_stress or self.own_stress) and "stress" not in totals:
             totals["stress"] = positions.new_zeros(1, 3, 3)
         return per_atom, totals
 
