@@ -4,7 +4,6 @@ layout."""
 
 from __future__ import annotations
 
-from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
@@ -18,7 +17,6 @@ from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_h
 __all__ = [
     "REBIND_RULE",
     "SENTINEL_RULE",
-    "Capacity",
     "DistributedModel",
     "GivenRowsModel",
     "GraphDomain",

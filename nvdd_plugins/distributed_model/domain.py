@@ -12,46 +12,19 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
-from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
-from nvdd_plugins.geometry import RebuildDetector
+from nvdd_plugins.geometry import VerletState
 
-__all__ = ["NON_FINITE", "REBUILD", "HaloDomain", "rebuild_status"]
-
-REBUILD = 1
-NON_FINITE = 2
+__all__ = ["HaloDomain"]
 
 logger = logging.getLogger(__name__)
-
-
-def rebuild_status(
-    comm: Communicator,
-    detector: RebuildDetector,
-    owned_positions: torch.Tensor,
-    cell: torch.Tensor,
-    non_finite: torch.Tensor,
-) -> int:
-    """Collective: `NON_FINITE` if any rank flags `non_finite` (a 0-d bool tensor), else
-    `REBUILD` if any atom moved more than the `detector`'s threshold or the cell changed,
-    else 0.
-
-    The local test stays on the device; the one host synchronisation is the answer.
-    """
-    device = owned_positions.device
-    reference = detector.reference
-    if reference is None or owned_positions.shape != reference[0].shape:
-        flag = torch.ones(1, device=device)
-    else:
-        flag = detector.exceeded(owned_positions, cell).to(torch.float32).reshape(1)
-    flag = torch.where(non_finite.to(device), float(NON_FINITE), flag)
-    return int(comm.all_reduce(flag, "max")[0])
 
 
 class HaloDomain:
     """Decomposition state of one rank for the halo strategy.
 
-    Call `setup` once with the full system (on rank 0; None elsewhere is fine), then per
-    evaluation `needs_rebuild` (which also spots non-finite numbers); on a rebuild either
+    Call `setup` once with the full system (on rank 0; None elsewhere is fine); when `verlet`
+    (the state of the last rebuild: reference and padded capacities) goes stale, either
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
     system), then `build`.
     """
@@ -64,10 +37,8 @@ class HaloDomain:
         self.padding_species = 1
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # atoms this rank received by migration so far
-        self._nodes = Capacity(config.capacity_growth, exact=not config.compile)
-        self._edges = Capacity(config.capacity_growth, exact=not config.compile)
-        # positions and cell of the last rebuild
-        self._verlet = RebuildDetector(config.skin, threshold=config.rebuild_threshold)
+        growth = config.capacity_growth if config.compile else None
+        self.verlet = VerletState(config.skin, config.rebuild_threshold, growth)
 
     # -- set-up ---------------------------------------------------------------------------
     def setup(self, full: Batch | None) -> None:
@@ -87,7 +58,7 @@ class HaloDomain:
             frame, self.comm.size, self.config.grid, self.config.halo_width
         )
         self.view = None
-        self._verlet.reset()
+        self.verlet.reset()
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
 
     def _partitioner(self) -> SpatialPartitioner:
@@ -109,12 +80,6 @@ class HaloDomain:
         return self.partitioner
 
     # -- rebuilds -------------------------------------------------------------------------
-    def needs_rebuild(
-        self, owned_positions: torch.Tensor, cell: torch.Tensor, non_finite: torch.Tensor
-    ) -> int:
-        """`rebuild_status` of this rank's owned atoms against the last rebuild."""
-        return rebuild_status(self.comm, self._verlet, owned_positions, cell, non_finite)
-
     def destinations(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owner rank of each of this rank's atoms; with hysteresis, atoms within that
         distance of this sub-domain stay."""
@@ -206,13 +171,13 @@ class HaloDomain:
             owned.global_ids,
             cell,
             self.padding_species,
-            self._nodes.fit,
-            self._edges.fit,
+            self.verlet.rows.fit,
+            self.verlet.pairs.fit,
             far_pair_padding=self.config.compile,
             list_pairs=self.config.chunk_atoms is None,
         )
         self.view = view
-        self._verlet.update(positions, cell)
+        self.verlet.record(positions, cell)
         self.rebuilds += 1
         return view
 
@@ -227,8 +192,8 @@ class HaloDomain:
             "frame": partitioner.frame,
             "grid": tuple(partitioner.grid),
             "padding_species": self.padding_species,
-            "capacities": (self._nodes.value, self._edges.value),
-            "reference": self._verlet.reference,
+            "capacities": (self.verlet.rows.value, self.verlet.pairs.value),
+            "reference": self.verlet.reference,
         }
 
     def restore(
@@ -246,6 +211,6 @@ class HaloDomain:
         self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.config.halo_width)
         self.padding_species = int(padding_species)
         self.view = None
-        self._verlet.reset()
+        self.verlet.reset()
         if capacities is not None:
-            self._nodes.value, self._edges.value = (int(c) for c in capacities)
+            self.verlet.rows.value, self.verlet.pairs.value = (int(c) for c in capacities)

@@ -12,9 +12,10 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
-from nvdd_plugins.distributed_model.capacity import Capacity
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
 from nvdd_plugins.distributed_model.view import HaloView, assemble_view
+from nvdd_plugins.geometry import VerletState
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["GivenRowsModel"]
@@ -34,21 +35,26 @@ class GivenRowsModel:
         self.comm = comm
         self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm)
         self.padding_species = int(padding_species)
-        self._capacity = Capacity(growth=1.25, exact=True)
+        # the front end lists the pairs; the halo plan follows its row layout (owned count
+        # and ids), and capacities stay exact
+        self.verlet = VerletState()
+        self._plan: HaloPlan | None = None
 
     def view(
         self,
-        plan: HaloPlan,
+        n_owned: int,
         positions: torch.Tensor,
         numbers: torch.Tensor,
         ids: torch.Tensor,
         pairs: torch.Tensor,
     ) -> HaloView:
-        """The padded view of `plan.n_local` rows (`positions`, atomic `numbers`, global
-        `ids`) and their `pairs` (2, E) of local row indices."""
+        """The padded view of the local rows (`n_owned` owned first, then ghosts; their
+        `positions`, atomic `numbers` and global `ids`) and their `pairs` (2, E) of local row
+        indices. Collective: the halo plan is rebuilt on every rank when any rank's row
+        layout changed, since an owner's new row order invalidates its peers' plans too."""
         rows = positions.shape[0]
         return assemble_view(
-            plan,
+            self._plan_for(n_owned, ids),
             positions,
             torch.zeros(rows, 3, dtype=torch.long, device=positions.device),
             numbers,
@@ -56,10 +62,19 @@ class GivenRowsModel:
             pairs,
             torch.zeros(pairs.shape[1], 3, dtype=torch.long, device=pairs.device),
             self.padding_species,
-            self._capacity.fit,
-            self._capacity.fit,
+            self.verlet.rows.fit,
+            self.verlet.pairs.fit,
             self.engine.config.cutoff,
         )
+
+    def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:
+        layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
+        changed = self.verlet.needs_rebuild(None, ids=layout)
+        if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
+            self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
+            self.verlet.record(None, ids=layout)
+        assert self._plan is not None
+        return self._plan
 
     def __call__(
         self,

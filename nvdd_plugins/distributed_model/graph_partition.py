@@ -21,9 +21,8 @@ from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import IndexPartitioner, index_owners
-from nvdd_plugins.distributed_model.domain import rebuild_status
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.geometry import RebuildDetector, build_neighbor_list
+from nvdd_plugins.geometry import VerletState, build_neighbor_list
 
 __all__ = ["GraphDomain", "build_graph_view"]
 
@@ -33,8 +32,8 @@ _EMPTY_RANK_ROWS = 2  # far-apart padding rows of a rank owning nothing (a view 
 class GraphDomain:
     """Decomposition state of one rank for graph partition (the interface of `HaloDomain`).
 
-    Call `setup` once with the full system (on rank 0; None elsewhere), then per evaluation
-    `needs_rebuild`; on a rebuild `select_owned` (every rank holds the full system) or
+    Call `setup` once with the full system (on rank 0; None elsewhere); when `verlet` goes
+    stale `select_owned` (every rank holds the full system) or
     `migrate` (a no-op: atoms never change owner), then `build`.
     """
 
@@ -48,7 +47,7 @@ class GraphDomain:
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # stays 0: no migration
         self._pbc: torch.Tensor | None = None
-        self._verlet = RebuildDetector(config.skin, threshold=config.rebuild_threshold)
+        self.verlet = VerletState(config.skin, config.rebuild_threshold)
 
     def setup(self, full: Batch | None) -> None:
         """Fix every atom's owner from the full system held by rank 0 (collective)."""
@@ -66,18 +65,12 @@ class GraphDomain:
         owner, self._pbc = self.comm.broadcast_object(payload, src=0)
         self.partitioner = IndexPartitioner(owner, self.comm.size)
         self.view = None
-        self._verlet.reset()
+        self.verlet.reset()
 
     def _partitioner(self) -> IndexPartitioner:
         if self.partitioner is None:
             raise RuntimeError("GraphDomain.setup(full_system) must run first")
         return self.partitioner
-
-    def needs_rebuild(
-        self, owned_positions: torch.Tensor, cell: torch.Tensor, non_finite: torch.Tensor
-    ) -> int:
-        """`rebuild_status` of this rank's owned atoms against the last rebuild."""
-        return rebuild_status(self.comm, self._verlet, owned_positions, cell, non_finite)
 
     def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owning rank of each atom of the full system `setup` was given, in its order (the
@@ -110,7 +103,7 @@ class GraphDomain:
             self.config.halo_width,
         )
         self.view = view
-        self._verlet.update(positions, cell)
+        self.verlet.record(positions, cell)
         self.rebuilds += 1
         return view
 

@@ -7,7 +7,18 @@ import torch
 
 from nvdd_plugins.comm import Communicator
 
-__all__ = ["NonFiniteError", "any_non_finite", "invalid_atoms", "non_finite_report"]
+__all__ = [
+    "NON_FINITE",
+    "REBUILD",
+    "NonFiniteError",
+    "any_non_finite",
+    "invalid_atoms",
+    "non_finite_report",
+    "rebuild_status",
+]
+
+REBUILD = 1
+NON_FINITE = 2
 
 _SHOWN_IDS = 10
 
@@ -28,6 +39,17 @@ def any_non_finite(
         if values is not None:
             total = total + values.detach().sum().to(total.dtype)
     return ~torch.isfinite(total)
+
+
+def rebuild_status(
+    comm: Communicator, stale: torch.Tensor, non_finite: torch.Tensor | None = None
+) -> int:
+    """Collective: `NON_FINITE` if any rank flags `non_finite`, else `REBUILD` if any rank
+    flags `stale` (0-d bool tensors), else 0. The one host synchronisation is the answer."""
+    flag = stale.to(torch.float32)
+    if non_finite is not None:
+        flag = torch.where(non_finite.to(stale.device), float(NON_FINITE), flag)
+    return int(comm.all_reduce(flag.reshape(1), "max")[0])
 
 
 def invalid_atoms(

@@ -12,13 +12,15 @@ from torch import nn
 from nvdd_plugins.comm import Communicator, resolve_communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.domain import NON_FINITE, REBUILD
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import (
+    NON_FINITE,
+    REBUILD,
     NonFiniteError,
     any_non_finite,
     invalid_atoms,
     non_finite_report,
+    rebuild_status,
 )
 from nvdd_plugins.distributed_model.layouts import make_domain
 from nvdd_plugins.distributed_model.view import HaloView
@@ -62,7 +64,8 @@ class SubdomainModel(nn.Module):
         energy, *per_atom = self._last_results
         positions = positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        status = self.domain.needs_rebuild(positions, cell, non_finite)
+        stale = self.domain.verlet.stale(positions, cell)
+        status = rebuild_status(self.comm, stale, non_finite)
         if status == NON_FINITE:
             invalid = invalid_atoms(positions, tuple(per_atom))
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))

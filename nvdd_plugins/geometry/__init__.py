@@ -1,4 +1,4 @@
-"""Geometry layer: cells, fractional coordinates, minimum image, neighbour lists, rebuilds."""
+"""Geometry layer: cells, fractional coordinates, minimum image, neighbour lists, Verlet state."""
 
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ from .cell import (
     wrap_positions,
 )
 from .neighbor_list import NeighborList, build_neighbor_list
-from .rebuild import RebuildDetector
+from .verlet import Capacity, VerletState
 
 __all__ = [
+    "Capacity",
     "NeighborList",
-    "RebuildDetector",
     "VerletNeighborList",
+    "VerletState",
     "attach_neighbor_list",
     "build_neighbor_list",
     "complete_cell",

@@ -7,7 +7,7 @@ import torch
 from nvdd_plugins.data import Batch
 from nvdd_plugins.geometry.cell import images_unambiguous, rows_times_3x3
 from nvdd_plugins.geometry.neighbor_list import build_neighbor_list
-from nvdd_plugins.geometry.rebuild import RebuildDetector
+from nvdd_plugins.geometry.verlet import VerletState
 
 __all__ = ["VerletNeighborList", "attach_neighbor_list", "edge_shifts"]
 
@@ -43,21 +43,21 @@ class VerletNeighborList:
         self.cutoff = float(cutoff)
         self.skin = float(skin)
         self.filter_pairs = filter_pairs
-        self._detector = RebuildDetector(skin)
+        self._verlet = VerletState(skin)
         self._pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._keep_all = False
 
     def attach(self, batch: Batch) -> None:
         """Set `edge_index`, `shifts` and `unit_shifts` of `batch` to its current pairs."""
         positions = batch.positions.detach()
-        if self._pairs is None or self._detector.needs_rebuild(
+        if self._pairs is None or self._verlet.needs_rebuild(
             positions, batch.cell, numbers=batch.atomic_numbers
         ):
             listed = batch.copy()
             attach_neighbor_list(listed, self.cutoff + self.skin)
             units = listed.unit_shifts
             self._pairs = (listed.edge_index, units, units.to(positions.dtype))
-            self._detector.update(positions, batch.cell, numbers=batch.atomic_numbers)
+            self._verlet.record(positions, batch.cell, numbers=batch.atomic_numbers)
             reach = self.cutoff + self.skin
             self._keep_all = not self.filter_pairs and all(
                 images_unambiguous(batch.cell[g], batch.pbc[g], reach)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
-from nvdd_plugins.comm import HaloPlan, run_simulated, sum_ghosts_into_owners
+from nvdd_plugins.comm import run_simulated, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model import GivenRowsModel
 from tests.helpers.oracle import FORCES_TOL, STRESS_TOL, reference
 from tests.helpers.systems import SYSTEMS, ShiftPairModel, lj_model, mpnn_model
@@ -29,10 +29,10 @@ def _lammps_like(comm, model, atoms):
     built = distributed.domain.build(owned)
     positions = built.positions(owned.positions, owned.cell[0], comm)[: built.n_local]
     global_ids = built.global_ids[: built.n_local]
-    plan = HaloPlan.from_global_ids(comm, global_ids[: built.n_owned], global_ids[built.n_owned :])
     pairs = built.edge_index[:, built.edge_index[0] < built.n_rows]
     layout = GivenRowsModel(model, comm, padding_species=18)
-    view = layout.view(plan, positions, built.atomic_numbers[: built.n_local], global_ids, pairs)
+    numbers = built.atomic_numbers[: built.n_local]
+    view = layout.view(built.n_owned, positions, numbers, global_ids, pairs)
     result = layout(view, positions, owned.cell)
     rows_forces = result["forces"]
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
