@@ -1,22 +1,9 @@
 """Op interception: applies the spec while the unchanged model forward runs.
 
-A `TorchFunctionMode` sits above autograd and sees every torch call of the forward:
-
-* an aggregation (scatter, index_add, index_copy, index_reduce, index_put, ...) whose target
-  is node-indexed (leading size == local rows) gets its ghost rows overwritten with their
-  owners' rows through an autograd op whose backward sums ghost gradients back into the
-  owners. Owned rows are already complete (every edge of an owned atom is local), so any
-  number of message-passing layers is exact with a ghost shell of one cutoff;
-* a node -> system sum (target not node-indexed, source node-indexed) only sums the owned
-  rows, so per-system outputs are this rank's partials;
-* an op named in an `OpAdapter` gets its argument and output transforms, and a tensor passed
-  through `scattered_onto_nodes` the ghost-row refresh; any other opaque op
-  (`torch.ops.<namespace>`) reading node-indexed tensors is reported once.
-
-With `check_indices` on (the first forward after each rebuild, always eager), indexing with
-the padding sentinel raises a `DistributionRuleError` naming the rule instead of an opaque
-IndexError, and so does reading the un-refreshed target of an in-place aggregation when the
-refresh is functional (compiled runs: the result must be rebound).
+`HaloInterceptionMode`, a `TorchFunctionMode` above autograd, refreshes the ghost rows after
+every aggregation onto atoms, keeps the owned rows of node -> system sums, applies the spec's
+`OpAdapter`s, reports opaque ops, and on a first forward after a rebuild checks sentinel
+indices and stale tensors (docs/architecture.md, "The halo refresh").
 """
 
 from __future__ import annotations
@@ -54,16 +41,10 @@ _REPORTED: set[Any] = set()  # opaque ops already reported (once per process)
 
 @dataclass(frozen=True)
 class _Aggregation:
-    """How one aggregation call is read.
-
-    Attributes:
-        source: (position, keyword) of the written values.
-        in_place: the call writes into its first argument.
-        out_of_place: the functional twin of an in-place call.
-        kind: "sum" (node -> system masking applies), "write" (index_copy, scatter,
-            index_put without accumulate) or "reduce" (scatter_reduce, index_reduce: the
-            mode is read from the `reduce` argument).
-    """
+    """How one aggregation call is read: (position, keyword) of the written values; whether
+    it writes into its first argument; its functional twin; its kind: "sum" (node -> system
+    masking applies), "write" (index_copy, scatter, index_put without accumulate) or
+    "reduce" (scatter_reduce, index_reduce: the mode is the `reduce` argument)."""
 
     source: tuple[int, str]
     in_place: bool
@@ -82,13 +63,11 @@ def _aggregations() -> dict[Callable[..., Any], _Aggregation]:
         ("scatter", "src", "write"),
         ("index_put", "values", "write"),
     ):
-        position = 2 if name == "index_put" else 3
-        twin = getattr(torch.Tensor, name)
-        functions = [(twin, False), (getattr(torch.Tensor, name + "_"), True)]
+        twin, written = getattr(torch.Tensor, name), (2 if name == "index_put" else 3, source)
+        table[twin] = _Aggregation(written, False, twin, kind)
+        table[getattr(torch.Tensor, name + "_")] = _Aggregation(written, True, twin, kind)
         if hasattr(torch, name):
-            functions.append((getattr(torch, name), False))
-        for func, in_place in functions:
-            table[func] = _Aggregation((position, source), in_place, twin, kind)
+            table[getattr(torch, name)] = _Aggregation(written, False, twin, kind)
     return table
 
 
@@ -149,15 +128,11 @@ class HaloInterceptionMode(TorchFunctionMode):
         strict: bool = False,
     ) -> None:
         super().__init__()
-        self.ctx = ctx
-        self.check_indices = check_indices
-        self.strict = strict
-        self.adapters: dict[Any, OpAdapter] = {}
-        for adapter in custom_ops:
-            self.adapters[adapter.op] = adapter
-            packet = getattr(adapter.op, "overloadpacket", None)
-            if packet is not None:
-                self.adapters.setdefault(packet, adapter)
+        self.ctx, self.check_indices, self.strict = ctx, check_indices, strict
+        self.adapters: dict[Any, OpAdapter] = {adapter.op: adapter for adapter in custom_ops}
+        for adapter in custom_ops:  # an overload's adapter also covers its packet
+            if hasattr(adapter.op, "overloadpacket"):
+                self.adapters.setdefault(adapter.op.overloadpacket, adapter)
         self._stale: dict[int, weakref.ref[torch.Tensor]] = {}
 
     def __torch_function__(

@@ -1,33 +1,15 @@
 """`AIMNet2Wrapper`: AIMNet2 (aimnet) models as nvdd model wrappers.
 
-The wrapper runs aimnet's own modules (embedding, AEV basis, `ConvSV` projections, the
-interaction MLPs, `_update_q` with its charge equilibration, the output heads) on nvdd's
-edge list, and turns every energy term into per-atom energies:
-
-* local: the AEV and the convolutions (neighbours within the AEV cutoff). aimnet sums
-  neighbour features with a gather and an einsum over a padded neighbour matrix, which no
-  aggregation interception sees; the wrapper writes the same sum as an `index_add_` onto
-  the centre atoms, so ghost rows are refreshed after every pass (exact for any number of
-  passes with a ghost shell of one cutoff);
-* global: the charge equilibration (NQE/NSE) of each pass needs the sums over each
-  molecule of the raw charges and weights. Inside a distributed forward aimnet's
-  `nbops.mol_sum` is swapped (`PythonAdapter`) for a sum over this rank's owned atoms
-  followed by `summed_over_ranks` (an `OpAdapter` with `AllReduceSum`: one all-reduce per
-  sum, its adjoint in the backward), so every rank sees the whole molecule's totals;
-* local again: Coulomb. aimnet's "simple" method sums all pairs and Ewald/PME have a
-  reciprocal-space part, neither of which is local; the wrapper takes aimnet's damped
-  shifted force form ("dsf", the method aimnet's calculator switches to for periodic
-  cells), a pair term within `dsf_rc` split half onto each atom, plus the self term. The
-  model's neighbour cutoff is then max(AEV cutoff, `dsf_rc`): the ghost shell must hold
-  every partner within `dsf_rc`, whose charges are exact after each pass's refresh.
-  The short-range Coulomb that models trained with "simple" embed (`SRCoulomb`, or
-  `LRCoulomb(subtract_sr=True)`) is a pair term within the AEV cutoff, split the same way.
+The wrapper runs aimnet's own modules on nvdd's edge list and turns every energy term into
+per-atom energies: the AEV convolutions as `index_add_` onto the centre atoms (refreshed
+after every pass), the charge equilibration's per-molecule sums all-reduced over ranks
+(`aimnet2_spec`), and Coulomb as aimnet's local damped shifted force. docs/aimnet2.md says
+how each term is distributed.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import os
 from typing import Any
 
@@ -37,6 +19,7 @@ from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
+from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, short_range_coulomb
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import (
@@ -70,18 +53,15 @@ def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
 
 def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
     """aimnet's `nbops.mol_sum` in the wrapper's layout (rows of molecule `data["mol_idx"]`,
-    `data["_num_mol"]` molecules): the owned rows' sum (the interception drops the other
-    rows of a node -> system sum), summed over ranks."""
+    `data["_num_mol"]` molecules): the owned rows' sum, summed over ranks."""
     out = x.new_zeros(int(data["_num_mol"]), *x.shape[1:])
     return summed_over_ranks(out.index_add_(0, data["mol_idx"], x))
 
 
 def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
     """The halo spec of AIMNet2: per-molecule sums of the charge equilibration all-reduced
-    (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]` (so edges into ghost
-    rows are dropped), per-atom "charges" besides the energy outputs. No fixed ghost
-    shell serves a front end without per-layer exchange (the sums are global), so
-    `n_layers` is None."""
+    (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]`, per-atom "charges"; no
+    `n_layers` (the sums are global: no fixed ghost shell serves without exchange)."""
     distribution = DistributionSpec(
         custom_ops=(OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()}),),
         third_party_helpers=(
@@ -94,8 +74,7 @@ def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
 
 
 class AIMNet2Wrapper(nn.Module, BaseModelMixin):
-    """Wrap an aimnet `AIMNet2` model (e.g. `AIMNet2Calculator(...).model`, or
-    `random_aimnet2()`).
+    """Wrap an aimnet `AIMNet2` model (e.g. `AIMNet2Calculator(...).model`, `random_aimnet2()`).
 
     Args:
         model: the AIMNet2 model; its output heads may be `Output`, `AtomicShift`,
@@ -106,8 +85,7 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         charge: total charge of each system (e).
         mult: spin multiplicity of each system (models with two charge channels).
 
-    Like aimnet's calculator, the wrapper is for inference: the model's parameters are
-    frozen. Outputs: per-atom "energies" (eV), "energy" and per-atom "charges" (e).
+    For inference, like aimnet's calculator: the model's parameters are frozen.
     """
 
     def __init__(
@@ -139,11 +117,7 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
                 )
         self.aev_cutoff = float(model.aev.rc_s)
         cutoff = max([self.aev_cutoff] + [h.dsf_rc for h in heads if isinstance(h, LRCoulomb)])
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
-        )
+        self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(cutoff)))
 
     @classmethod
     def from_calculator(cls, calc: Any, charge: float = 0.0, mult: float = 1.0) -> AIMNet2Wrapper:
@@ -165,18 +139,19 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         r_ij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
         d_ij = torch.linalg.vector_norm(r_ij, dim=-1)
         near = d_ij < self.aev_cutoff
-        pairs = _Pairs(i[near], j[near], r_ij[near], d_ij[near], inputs.positions.shape[0])
+        n = inputs.positions.shape[0]
+        pairs = _Pairs(i[near], j[near], r_ij[near], d_ij[near], n)
         data = self._charges_and_features(inputs, pairs)
-        energies = torch.zeros(pairs.n_atoms, dtype=torch.float64, device=d_ij.device)
+        energies = torch.zeros(n, dtype=torch.float64, device=d_ij.device)
         for head in [*self.model.outputs.children(), self.coulomb]:
             if isinstance(head, Output | AtomicShift):
                 data["energy"] = energies.to(inputs.positions.dtype)
                 energies = head(data)["energy"].to(torch.float64)
             elif isinstance(head, SRCoulomb) or (isinstance(head, LRCoulomb) and head.subtract_sr):
-                energies = energies - _short_range_coulomb(head, pairs, data["charges"])
+                sr = short_range_coulomb(head, pairs.i, pairs.j, pairs.d_ij, data["charges"], n)
+                energies = energies - sr
             if isinstance(head, LRCoulomb):
-                dsf = _dsf_coulomb(head, i, j, d_ij, data["charges"], pairs.n_atoms)
-                energies = energies + dsf
+                energies = energies + dsf_coulomb(head, i, j, d_ij, data["charges"], n)
         energies = energies.to(inputs.positions.dtype)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
         return {"energies": energies, "energy": energy, "charges": data["charges"]}
@@ -243,57 +218,12 @@ class _Pairs:
     def convolve(self, conv: nn.Module, features: torch.Tensor, g_sv: torch.Tensor) -> Any:
         """aimnet's `ConvSV` on these pairs: neighbour features times the AEV basis, summed
         onto the centre atom (an aggregation nvdd refreshes), then `ConvSV`'s projection."""
-        f_j = features[self.j]
-        if conv.d2features:  # (pairs, channels, shifts) x (pairs, shifts, 4)
-            per_pair = f_j.unsqueeze(-1) * g_sv.unsqueeze(1)
-        else:  # (pairs, channels) x (pairs, shifts, 4)
-            per_pair = f_j[:, :, None, None] * g_sv.unsqueeze(1)
+        f_j = features[self.j]  # (pairs, channels, shifts) or (pairs, channels)
+        f_j = f_j.unsqueeze(-1) if conv.d2features else f_j[:, :, None, None]
+        per_pair = f_j * g_sv.unsqueeze(1)  # g_sv: (pairs, shifts, 4)
         summed = per_pair.new_zeros(self.n_atoms, *per_pair.shape[1:])
         summed = summed.index_add_(0, self.i, per_pair)
         return conv._finish_convolution({}, summed, 1)
-
-
-def _pair_energies_onto_atoms(
-    e_ij: torch.Tensor, i: torch.Tensor, head: nn.Module, n_atoms: int
-) -> torch.Tensor:
-    """aimnet's half-Hartree-times-Bohr factor times the sum of each atom's ordered pairs, in
-    float64 (each pair's energy split half onto each of its atoms)."""
-    out = torch.zeros(n_atoms, dtype=torch.float64, device=e_ij.device)
-    return head._factor * out.index_add_(0, i, e_ij.to(torch.float64))
-
-
-def _short_range_coulomb(head: nn.Module, pairs: _Pairs, q: torch.Tensor) -> torch.Tensor:
-    """Per-atom short-range Coulomb of aimnet's `_calc_coulomb_sr` (its envelope)."""
-    from aimnet import ops  # optional dependency
-
-    d = pairs.d_ij
-    if head.envelope == "exp":
-        fc = ops.exp_cutoff(d, head.rc)
-    else:
-        fc = ops.cosine_cutoff(d, float(head.rc))
-    e_ij = fc * q[pairs.i] * q[pairs.j] / d
-    return _pair_energies_onto_atoms(e_ij, pairs.i, head, pairs.n_atoms)
-
-
-def _dsf_coulomb(
-    head: nn.Module,
-    i: torch.Tensor,
-    j: torch.Tensor,
-    d_ij: torch.Tensor,
-    q: torch.Tensor,
-    n_atoms: int,
-) -> torch.Tensor:
-    """Per-atom damped-shifted-force Coulomb of aimnet's `LRCoulomb._coul_dsf_torch`: pair
-    terms within `dsf_rc` (aimnet's `coulomb_matrix_dsf`) and the self term."""
-    from aimnet import ops  # optional dependency
-
-    within = d_ij < head.dsf_rc
-    i, j, d = i[within], j[within], d_ij[within]
-    pair = ops.coulomb_matrix_dsf(d, head.dsf_rc, head.dsf_alpha, {"mask_ij_lr": d < 0})
-    energies = _pair_energies_onto_atoms(q[i] * q[j] * pair, i, head, n_atoms)
-    alpha, rc = head.dsf_alpha, head.dsf_rc
-    self_coeff = -(math.erfc(alpha * rc) / (2 * rc) + alpha / math.sqrt(math.pi))
-    return energies + 2.0 * head._factor * self_coeff * q.to(torch.float64).pow(2)
 
 
 def random_aimnet2(

@@ -71,6 +71,11 @@ class ModelConfig:
         if self.autograd_outputs and "positions" not in self.autograd_inputs:
             raise ValueError('autograd outputs need autograd_inputs={"positions"}')
 
+    @classmethod
+    def by_autograd(cls, neighbor_config: NeighborConfig) -> ModelConfig:
+        """A model of energies only: forces and stress derived by autograd from positions."""
+        return cls(frozenset({"forces", "stress"}), frozenset({"positions"}), neighbor_config)
+
 
 @dataclass
 class ModelInputs:

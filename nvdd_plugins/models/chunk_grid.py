@@ -1,19 +1,23 @@
-"""Cutting one system into spatial chunks, each with a ghost shell: the grid that fits a row
-limit, the rows of each chunk, and the plan that reports them."""
+"""Cutting one system into spatial chunks, each with a ghost shell: the row limit a GPU's
+free memory allows, the grid that fits it, the rows of each chunk, and the plan that reports
+them."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
 
-__all__ = ["ChunkPlan", "chunk_rows", "fitting_chunks", "partitioned", "probe_grid"]
+__all__ = ["ChunkPlan", "chunk_rows", "fitting_chunks", "measured_row_limit", "partitioned"]
 
 Grid = tuple[int, int, int]
+# Share of the free device memory a chunk may use when the chunk size is chosen for the user.
+_MEMORY_FRACTION = 0.8
+_PROBE_ROWS = 4096
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,29 @@ def fitting_chunks(
         grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
 
 
-def probe_grid(frame: DecompositionFrame, n_atoms: int, atoms_per_chunk: int) -> Grid:
-    """A grid of cubic chunks of about `atoms_per_chunk` of `n_atoms` atoms each."""
-    widths = frame.widths
-    edge = (float(widths.prod()) * atoms_per_chunk / max(n_atoms, 1)) ** (1 / 3)
-    return tuple(max(1, round(w / edge)) for w in widths.tolist())
+def measured_row_limit(
+    frame: DecompositionFrame,
+    positions: torch.Tensor,
+    shell: float,
+    evaluate: Callable[[tuple[torch.Tensor, torch.Tensor, int], torch.Tensor], object],
+) -> int:
+    """Rows per chunk that fit in a share of the GPU memory free for tensors, from the peak
+    memory of `evaluate(chunk, wrapped_axes)` on one probe chunk (a `chunk_rows` item) of
+    about `_PROBE_ROWS` atoms of its own, a cube."""
+    device, widths = positions.device, frame.widths
+    edge = (float(widths.prod()) * _PROBE_ROWS / max(positions.shape[0], 1)) ** (1 / 3)
+    grid = tuple(max(1, round(w / edge)) for w in widths.tolist())
+    partitioner, images = partitioned(frame, positions, grid, shell)
+    chunk = next(chunk_rows(partitioner, images, positions, positions.shape[0]))
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    evaluate(chunk, partitioner.wrapped_axes)
+    per_row = (torch.cuda.max_memory_allocated(device) - base) / max(chunk[0].shape[0], 1)
+    # the probe's blocks stay cached by the allocator: free for the chunks too
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(_PROBE_ROWS, int(_MEMORY_FRACTION * (free + cached) / max(per_row, 1.0)))
 
 
 def chunk_rows(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from functools import partial
 
 import torch
 
@@ -27,8 +28,8 @@ from nvdd_plugins.models.chunk_grid import (
     ChunkPlan,
     chunk_rows,
     fitting_chunks,
+    measured_row_limit,
     partitioned,
-    probe_grid,
 )
 from nvdd_plugins.models.evaluate import apply_strain, energy_derivatives, new_strain
 from nvdd_plugins.spec import ENERGY_KINDS, OutputKind
@@ -36,10 +37,6 @@ from nvdd_plugins.spec import ENERGY_KINDS, OutputKind
 __all__ = ["ChunkedEvaluator"]
 
 logger = logging.getLogger(__name__)
-
-# Share of the free device memory a chunk may use when the chunk size is chosen for the user.
-_MEMORY_FRACTION = 0.8
-_PROBE_ROWS = 4096
 
 
 class ChunkedEvaluator:
@@ -69,9 +66,9 @@ class ChunkedEvaluator:
     ) -> None:
         if max_atoms is not None and max_atoms < 1:
             raise ValueError(f"max_atoms must be a positive number of rows, got {max_atoms}")
-        if n_layers is None:
-            spec = model.distribution_spec()
-            n_layers = spec.n_layers if spec is not None else None
+        spec = model.distribution_spec()
+        if n_layers is None and spec is not None:
+            n_layers = spec.n_layers
         if n_layers is None or n_layers < 1:
             raise ValueError(
                 f"{type(model).__name__} does not declare its message-passing layers "
@@ -83,7 +80,6 @@ class ChunkedEvaluator:
         self.max_atoms = max_atoms
         self.n_layers = int(n_layers)
         self.shell = self.n_layers * float(model.cutoff)
-        spec = model.distribution_spec()
         kinds = spec.output_kinds if spec is not None else ENERGY_KINDS
         self._per_atom = frozenset(k for k, v in kinds.items() if v is OutputKind.PER_NODE)
         # a kernel model's stress is the sum of its per-atom stresses
@@ -99,23 +95,15 @@ class ChunkedEvaluator:
     ) -> dict[str, torch.Tensor]:
         """Energy (1,), the model's per-atom outputs ("energies", and e.g. "forces" and
         "stresses" of a model computing them itself), and "forces" and "stress" derived by
-        autograd when asked for; detached. A model's own stress is the sum of its per-atom
-        "stresses"."""
+        autograd when asked for; detached."""
         if batch.num_graphs != 1:
             raise ValueError(f"ChunkedEvaluator takes one system, got {batch.num_graphs}")
         properties = set(properties)
         derived = self.model.model_config.autograd_outputs
         want_forces = "forces" in properties and "forces" in derived
         want_stress = "stress" in properties and "stress" in derived
-        per_atom, totals = self.evaluate_rows(
-            batch.positions,
-            batch.atomic_numbers,
-            batch.cell[0],
-            batch.pbc[0],
-            batch.num_nodes,
-            want_forces,
-            want_stress,
-        )
+        system = (batch.positions, batch.atomic_numbers, batch.cell[0], batch.pbc[0])
+        per_atom, totals = self.evaluate_rows(*system, batch.num_nodes, want_forces, want_stress)
         energies = per_atom.get("energies", batch.positions.new_zeros(batch.num_nodes))
         out = {**per_atom, "energies": energies, "energy": energies.sum().reshape(1)}
         out.update(totals)
@@ -148,8 +136,12 @@ class ChunkedEvaluator:
         per_atom: dict[str, torch.Tensor] = {}
         totals: dict[str, torch.Tensor] = {}
         chunks = chunk_rows(partitioner, images, positions.detach(), n_targets)
+        evaluate = partial(
+            self._evaluate_chunk, positions, atomic_numbers, cell, want_forces, want_stress
+        )
         start = time.perf_counter()
-        for index, (atoms, units, n_owned) in enumerate(chunks):
+        for index, chunk in enumerate(chunks):
+            atoms, _, n_owned = chunk
             if n_owned == 0:
                 continue
             logger.debug(
@@ -160,22 +152,12 @@ class ChunkedEvaluator:
                 n_owned,
                 time.perf_counter() - start,
             )
-            chunk_per_atom, chunk_derived = self._evaluate_chunk(
-                positions,
-                atomic_numbers,
-                cell,
-                atoms,
-                units,
-                n_owned,
-                partitioner.wrapped_axes,
-                want_forces,
-                want_stress,
-            )
-            for name, value in chunk_per_atom.items():
+            found, found_derived = evaluate(chunk, partitioner.wrapped_axes)
+            for name, value in found.items():
                 if name not in per_atom:
                     per_atom[name] = value.new_zeros(n_targets, *value.shape[1:])
                 per_atom[name][atoms[:n_owned]] = value
-            for name, value in chunk_derived.items():
+            for name, value in found_derived.items():
                 totals[name] = totals[name] + value if name in totals else value
         if want_forces and "forces" not in totals:
             totals["forces"] = torch.zeros_like(positions.detach())
@@ -192,13 +174,8 @@ class ChunkedEvaluator:
     # -- chunks -------------------------------------------------------------------------------
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
-        partitioner, images = self._chunks(
-            batch.positions.detach(),
-            batch.atomic_numbers,
-            batch.cell[0],
-            batch.pbc[0],
-            batch.num_nodes,
-        )
+        system = (batch.positions.detach(), batch.atomic_numbers, batch.cell[0], batch.pbc[0])
+        partitioner, images = self._chunks(*system, batch.num_nodes)
         return ChunkPlan.of(partitioner, images, batch.num_nodes)
 
     def _chunks(
@@ -217,7 +194,7 @@ class ChunkedEvaluator:
         frame = DecompositionFrame.from_system(positions[:n_targets], spanned, pbc)
         if self.grid is not None:
             return partitioned(frame, positions, self.grid, self.shell)
-        limit = self._row_limit(positions, atomic_numbers, cell, frame, n_targets)
+        limit = self._row_limit(positions, atomic_numbers, cell, frame)
         try:
             partitioner, images = fitting_chunks(
                 frame, positions, n_targets, limit, self.shell, self._grid_hint or (1, 1, 1)
@@ -237,71 +214,42 @@ class ChunkedEvaluator:
         atomic_numbers: torch.Tensor,
         cell: torch.Tensor,
         frame: DecompositionFrame,
-        n_targets: int,
     ) -> int:
+        """`max_atoms`; unset: measured on a GPU (`measured_row_limit`), all rows on a CPU."""
         if self.max_atoms is None:
             if positions.device.type != "cuda":
                 return max(positions.shape[0], 1)
-            self.max_atoms = self._measured_row_limit(positions, atomic_numbers, cell, frame)
+            leaf = positions.detach().requires_grad_(True)
+            probe = partial(self._evaluate_chunk, leaf, atomic_numbers, cell, True, False)
+            self.max_atoms = measured_row_limit(frame, positions, self.shell, probe)
             logger.info("chunks of at most %d rows (from free device memory)", self.max_atoms)
         return self.max_atoms
-
-    def _measured_row_limit(
-        self,
-        positions: torch.Tensor,
-        atomic_numbers: torch.Tensor,
-        cell: torch.Tensor,
-        frame: DecompositionFrame,
-    ) -> int:
-        """Rows that fit in a share of the device memory free for tensors, from the peak
-        memory of one probe chunk with about `_PROBE_ROWS` atoms of its own (a cube)."""
-        device = positions.device
-        grid = probe_grid(frame, positions.shape[0], _PROBE_ROWS)
-        partitioner, images = partitioned(frame, positions, grid, self.shell)
-        n_all = positions.shape[0]
-        atoms, units, n_owned = next(chunk_rows(partitioner, images, positions, n_all))
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        leaf = positions.detach().requires_grad_(True)
-        self._evaluate_chunk(
-            leaf, atomic_numbers, cell, atoms, units, n_owned, partitioner.wrapped_axes, True, False
-        )
-        per_row = (torch.cuda.max_memory_allocated(device) - base) / max(atoms.shape[0], 1)
-        # the probe's blocks stay cached by the allocator: free for the chunks too
-        free, _ = torch.cuda.mem_get_info(device)
-        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return max(_PROBE_ROWS, int(_MEMORY_FRACTION * (free + cached) / max(per_row, 1.0)))
 
     def _evaluate_chunk(
         self,
         positions: torch.Tensor,
         atomic_numbers: torch.Tensor,
         cell: torch.Tensor,
-        atoms: torch.Tensor,
-        units: torch.Tensor,
-        n_owned: int,
-        wrapped: torch.Tensor,
         want_forces: bool,
         want_stress: bool,
+        chunk: tuple[torch.Tensor, torch.Tensor, int],
+        wrapped: torch.Tensor,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """One chunk whose rows are the images `units` of `atoms`, the first `n_owned` of
-        them its own atoms, periodic along the `wrapped` axes: the model's per-atom outputs
+        """One chunk (`chunk_rows`: rows the images `units` of `atoms`, the first `n_owned` of
+        them its own atoms), periodic along the `wrapped` axes: the model's per-atom outputs
         of those, and the derivatives of their energies' sum with respect to `positions`
         (and a strain of `cell` (3, 3))."""
+        atoms, units, n_owned = chunk
         cell = cell.detach().reshape(1, 3, 3)
         with torch.enable_grad():
-            rows = positions.index_select(0, atoms) + rows_times_3x3(
-                units.to(positions.dtype), cell[0]
-            )
-            strain = new_strain(1, positions, True) if want_stress else None
-            run_cell = cell
-            if strain is not None:
-                row_batch = torch.zeros_like(atoms)
-                rows, run_cell = apply_strain(rows, cell, row_batch, strain)
+            offsets = rows_times_3x3(units.to(positions.dtype), cell[0])
+            rows, strain, run_cell = positions.index_select(0, atoms) + offsets, None, cell
+            if want_stress:
+                strain = new_strain(1, positions, True)
+                rows, run_cell = apply_strain(rows, cell, torch.zeros_like(atoms), strain)
             neighbors = build_neighbor_list(rows.detach(), cell[0], wrapped, self.model.cutoff)
             shifts = rows_times_3x3(neighbors.unit_shifts.to(rows.dtype), run_cell[0])
-            chunk = Batch(
+            batch = Batch(
                 node={"positions": rows, "atomic_numbers": atomic_numbers[atoms]},
                 edge={
                     "edge_index": neighbors.edge_index,
@@ -311,7 +259,7 @@ class ChunkedEvaluator:
                 system={"cell": run_cell, "pbc": wrapped.reshape(1, 3)},
                 ptr=torch.tensor([0, atoms.shape[0]], device=atoms.device),
             )
-            out = self.model(chunk)
+            out = self.model(batch)
             energies = out.get("energies")
             if energies is None or energies.shape != (atoms.shape[0],):
                 raise ValueError(

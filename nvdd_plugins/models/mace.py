@@ -1,12 +1,9 @@
 """`MACEWrapper`: mace-torch models (MACE, ScaleShiftMACE) as nvdd model wrappers.
 
-The wrapper hands mace its prebuilt graph (positions, edges, shifts, one-hot species) and
-returns per-atom energies; the framework derives forces and stress by autograd. Every mace
-aggregation onto atoms is mace's `scatter_sum` (e3nn, and cuEquivariance on a CPU) or the
-fused cuEquivariance convolution (see `nvdd_plugins.models.cueq`); the spec marks both as
-node aggregations, so eager runs need no per-op interception. Those runs go through mace's
-own LAMMPS code path (`nvdd_plugins.spec.owned_rows`): per-atom work after the first
-aggregation on owned rows only, node features exchanged once per later interaction.
+The wrapper hands mace its prebuilt graph and returns per-atom energies. The spec marks
+mace's aggregations onto atoms (`scatter_sum`; cuEquivariance's fused convolution: `cueq`),
+so eager runs need no per-op interception and go through mace's own LAMMPS code path
+(`nvdd_plugins.spec.owned_rows`): owned rows only, features exchanged once per interaction.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
+from nvdd_plugins.models.species import missing_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -49,14 +47,11 @@ class MACEWrapper(nn.Module, BaseModelMixin):
             cuEquivariance (mace's `convert_e3nn_cueq`).
         head: head name for multi-head models (default: the first head).
         cuequivariance: convert an e3nn model to cuEquivariance first (same weights; fused
-            convolution on CUDA). On a GPU that is 7–10× faster than e3nn.
+            convolution on CUDA: 7–10× faster than e3nn on a GPU).
 
-    Like mace's own calculator, the wrapper is for inference: it freezes the model's
-    parameters (requires_grad False), so force evaluations keep no activations for weight
-    gradients (about a quarter less memory per atom).
-
-    Pairs beyond `r_max` get exactly zero weight in mace (its polynomial cutoff is
-    multiplied by r < r_max and its radial MLP has no biases), so Verlet pairs are accepted.
+    For inference, like mace's calculator: the model's parameters are frozen (a quarter less
+    memory per atom). Pairs beyond `r_max` get exactly zero weight in mace (its polynomial
+    cutoff is multiplied by r < r_max, its radial MLP has no biases): Verlet pairs are taken.
     """
 
     def __init__(
@@ -69,24 +64,17 @@ class MACEWrapper(nn.Module, BaseModelMixin):
             model = to_cuequivariance(model)
         self.model = model.requires_grad_(False)
         self.cuequivariance = _uses_cuequivariance(model)
-        zs = [int(z) for z in model.atomic_numbers]
-        device = next(model.parameters()).device
-        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long, device=device)
-        lookup[torch.tensor(zs, device=device)] = torch.arange(len(zs), device=device)
+        type_map = {int(z): k for k, z in enumerate(model.atomic_numbers)}
+        lookup = species_lookup(type_map, next(model.parameters()).device)
         self.register_buffer("species_index", lookup, persistent=False)
-        self.n_species = len(zs)
+        self.n_species = len(type_map)
         heads = list(getattr(model, "heads", ["default"]))
         self.head = head
         self.head_index = heads.index(head) if head is not None else 0
         # mace's LAMMPS code path computes per-atom work on owned rows only
-        forward_parameters = inspect.signature(model.forward).parameters
-        self._owned_rows_mode = "lammps_mliap" in forward_parameters
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(
-                cutoff=float(model.r_max), accepts_skin_pairs=True, prune_skin_pairs=True
-            ),
+        self._owned_rows_mode = "lammps_mliap" in inspect.signature(model.forward).parameters
+        self.model_config = ModelConfig.by_autograd(
+            NeighborConfig(float(model.r_max), accepts_skin_pairs=True, prune_skin_pairs=True)
         )
 
     @classmethod
@@ -106,21 +94,17 @@ class MACEWrapper(nn.Module, BaseModelMixin):
 
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
-        known = numbers < self.species_index.shape[0]
-        if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
-            present = sorted(set(numbers.tolist()))
-            model_numbers = torch.nonzero(self.species_index >= 0).flatten().tolist()
-            missing = [z for z in present if z not in model_numbers]
+        missing = missing_species(self.species_index, numbers)
+        if missing:
+            known = torch.nonzero(self.species_index >= 0).flatten().tolist()
             raise ValueError(
                 f"the MACE model has no parameters for {_symbols(missing)} (it knows "
-                f"{_symbols(model_numbers)}): use a model trained on these elements"
+                f"{_symbols(known)}): use a model trained on these elements"
             )
 
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
-        (e3nn code generation off, fx-simplified blocks); same weights and dtype. Not for
-        cuEquivariance models: mace's preparation rebuilds e3nn layers, and dynamo cannot
-        trace the e3nn `Irreps` a cuEquivariance model keeps."""
+        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only."""
         if self.cuequivariance:
             raise ValueError(
                 "compile=True does not support cuEquivariance MACE models (mace's compile "
@@ -163,10 +147,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy}
 
     def _owned_node_energies(self, data: dict[str, Any], rows: OwnedRows) -> torch.Tensor:
-        """Per-atom energies through mace's own LAMMPS code path: after the first
-        aggregation mace computes owned rows only, and before each later message pass it
-        exchanges node features (ghost rows from their owners: `rows.refresh`). Ghost rows'
-        energies are zero."""
+        """Per-atom energies through mace's own LAMMPS code path (ghost rows' are zero)."""
         positions, (sender, receiver) = data["positions"], data["edge_index"]
         n_ghost = rows.n_rows - rows.n_owned
         data["vectors"] = positions[receiver] - positions[sender] + data["shifts"]
@@ -178,8 +159,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return torch.cat([owned, owned.new_zeros(n_ghost)])
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
-        """`mace_spec()`, or `cueq_mace_spec()` for a cuEquivariance model, with the model's
-        interactions as `n_layers` and the storage policy of `strategy`."""
+        """`mace_spec` (`cueq_mace_spec` for cuEquivariance) of the model's interactions."""
         n_layers = len(self.model.interactions)
         if self.cuequivariance:
             from nvdd_plugins.models.cueq import cueq_mace_spec  # optional dependency
@@ -207,10 +187,8 @@ def mace_spec(
     helpers: Sequence[MethodAdapter] = (),
     n_layers: int | None = None,
 ) -> MLIPSpec:
-    """`SPEC_MPNN_HALO` with mace's interaction-block `scatter_sum` marked (so eager forwards
-    run without op interception) and messages written onto receivers only (so edges into
-    ghost rows are dropped), plus `kernels` and `helpers` of a backend; `n_layers`: the
-    model's interactions."""
+    """`SPEC_MPNN_HALO` with mace's `scatter_sum` marked and messages written onto receivers,
+    plus `kernels` and `helpers` of a backend; `n_layers`: the model's interactions."""
     marked = tuple(
         PythonAdapter(target=f"{module}:scatter_sum", replacement=marked_scatter_sum)
         for module in ("mace.modules.blocks", "mace.modules.wrapper_ops")
@@ -244,8 +222,7 @@ def random_mace(
     dtype: torch.dtype = torch.float64,
 ) -> nn.Module:
     """A random-weight mace `ScaleShiftMACE` (residual interaction blocks, Bessel radial
-    basis) for tests, examples and benchmarks; nothing is downloaded. Weights depend only on
-    `seed` (the global RNG state is kept)."""
+    basis) for tests, examples and benchmarks; its weights depend only on `seed`."""
     import mace  # noqa: F401  (optional dependency; must be imported before e3nn)
     from e3nn import o3
     from mace import modules

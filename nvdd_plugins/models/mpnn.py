@@ -87,10 +87,8 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
             self.atomic_energy = nn.Embedding(max_atomic_number + 1, 1)
         self.register_buffer("centers", torch.linspace(0.0, cutoff, n_radial))
         self.width = cutoff / n_radial
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
+        self.model_config = ModelConfig.by_autograd(
+            NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True)
         )
 
     def _check_cells(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:

@@ -50,11 +50,7 @@ class RadiusGraphMPNN(nn.Module, BaseModelMixin):
             self.filters = nn.ModuleList(nn.Linear(4, hidden) for _ in range(n_layers))
             self.updates = nn.ModuleList(nn.Linear(2 * hidden, hidden) for _ in range(n_layers))
             self.readout = nn.Linear(hidden, 1)
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
-        )
+        self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(cutoff)))
 
     def radius_graph(
         self, positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor

@@ -23,6 +23,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
+from nvdd_plugins.models.species import missing_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     MLIPSpec,
@@ -73,26 +74,16 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
         self.layer_names = [
             name for name, m in model.named_children() if not isinstance(m, skipped)
         ]
-        device = next(model.parameters()).device
-        zs = sorted(model.type_map)
-        lookup = torch.full((max(zs) + 1,), -1, dtype=torch.long, device=device)
-        lookup[torch.tensor(zs, device=device)] = torch.tensor(
-            [model.type_map[z] for z in zs], device=device
-        )
+        lookup = species_lookup(model.type_map, next(model.parameters()).device)
         self.register_buffer("species_index", lookup, persistent=False)
-        self.n_species = len(zs)
-        self.model_config = ModelConfig(
-            autograd_outputs=frozenset({"forces", "stress"}),
-            autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(model.cutoff)),
-        )
+        self.n_species = len(model.type_map)
+        self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(model.cutoff)))
 
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the atomic numbers the model has no parameters for."""
-        known = numbers < self.species_index.shape[0]
-        if not bool(known.all()) or bool((self.species_index[numbers[known]] < 0).any()):
+        missing = missing_species(self.species_index, numbers)
+        if missing:
             model_numbers = torch.nonzero(self.species_index >= 0).flatten().tolist()
-            missing = sorted(set(numbers.tolist()) - set(model_numbers))
             raise ValueError(
                 f"the SevenNet model has no parameters for atomic numbers {missing} "
                 f"(it knows {model_numbers})"

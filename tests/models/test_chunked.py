@@ -113,3 +113,36 @@ def test_nve_in_chunks_follows_the_whole_system() -> None:
         dynamics.run(batch, 10)
         runs.append(batch.positions.clone())
     assert float((runs[0] - runs[1]).abs().max()) < 1e-8
+
+
+def test_measured_row_limit_scales_the_probe_peak_to_free_memory(monkeypatch) -> None:
+    """The GPU memory probe under mocked CUDA memory statistics: one probe chunk of about
+    4096 own atoms is evaluated, and the limit is 0.8 x (free + cached) / its peak per row,
+    never below the probe's 4096 rows (negative control: little free memory)."""
+    from nvdd_plugins.decomposition import DecompositionFrame
+    from nvdd_plugins.models.chunk_grid import measured_row_limit
+
+    atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat((16, 16, 16))
+    batch = Batch.from_atoms(atoms)
+    frame = DecompositionFrame.from_system(batch.positions, batch.cell[0], batch.pbc[0])
+    probed = []
+    stats = {"allocated": 1_000, "per_row": 2_000, "free": 10**9, "reserved": 1_000 + 10**8}
+    for name, value in {
+        "synchronize": lambda device: None,
+        "reset_peak_memory_stats": lambda device: None,
+        "memory_allocated": lambda device: stats["allocated"],
+        "max_memory_allocated": lambda device: 1_000 + stats["per_row"] * probed[-1],
+        "mem_get_info": lambda device: (stats["free"], 2 * stats["free"]),
+        "memory_reserved": lambda device: stats["reserved"],
+    }.items():
+        monkeypatch.setattr(torch.cuda, name, value)
+
+    def evaluate(chunk: tuple[torch.Tensor, torch.Tensor, int], wrapped: torch.Tensor) -> None:
+        probed.append(chunk[0].shape[0])
+        assert 1024 <= chunk[2] <= 8192 and wrapped.shape == (3,)
+
+    limit = measured_row_limit(frame, batch.positions, 4.0, evaluate)
+    assert len(probed) == 1 and probed[0] < len(atoms)
+    assert limit == int(0.8 * (10**9 + 10**8) / 2_000)
+    stats["free"], stats["reserved"] = 10**6, 1_000
+    assert measured_row_limit(frame, batch.positions, 4.0, evaluate) == 4096
