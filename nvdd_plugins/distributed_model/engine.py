@@ -62,6 +62,7 @@ class HaloEngine:
         self.config = config
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         neighbors = model.model_config.neighbor_config
+        self._weighs_far_pairs_zero = bool(neighbors and neighbors.accepts_skin_pairs)
         self._accepts_skin_pairs = bool(
             neighbors
             and neighbors.accepts_skin_pairs
@@ -74,7 +75,11 @@ class HaloEngine:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
         self.runner.rebuilt()
         if not (self._accepts_skin_pairs or self.config.compile):
-            return  # pairs are filtered to the cutoff anyway: nothing depends on the widths
+            # Without a skin the list holds the pairs within the cutoff only, and any motion
+            # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
+            # rounding, which such a model weighs zero).
+            self._skin_pairs = self.config.skin == 0.0 and self._weighs_far_pairs_zero
+            return
         unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
         self._skin_pairs = self._accepts_skin_pairs and unambiguous
         if self.config.compile and not unambiguous:

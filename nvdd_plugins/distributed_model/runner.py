@@ -105,7 +105,7 @@ class SpecRunner:
     def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
         """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
         says every aggregation writes onto one row of it."""
-        if self._target_row is None:
+        if self._target_row is None or ctx.n_owned == ctx.n_rows:
             return edge_index
         into_owned = edge_index[self._target_row] < ctx.n_owned
         return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))

@@ -84,7 +84,8 @@ class HaloView:
         if self.plan.exchanges:
             rows = torch.cat([rows, rows.new_zeros(self.plan.n_ghost, 3)])
             rows = copy_to_ghosts(rows, self.slot(comm))
-        rows = rows + rows_times_3x3(self._image_rows.to(cell.dtype), cell)
+        if self._has_images:
+            rows = rows + rows_times_3x3(self._image_rows.to(cell.dtype), cell)
         if self.n_rows == self.n_local:
             return rows
         return torch.cat([rows, self.padding_positions.to(rows.dtype)])
@@ -96,6 +97,11 @@ class HaloView:
     @cached_property
     def _slot(self) -> HaloSlot:
         return HaloSlot()
+
+    @cached_property
+    def _has_images(self) -> bool:
+        # once per view: a host synchronisation, which each step's translation would not need
+        return bool(self.image_units[: self.n_local].any())
 
     @cached_property
     def _image_rows(self) -> torch.Tensor:

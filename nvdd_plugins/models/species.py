@@ -20,7 +20,9 @@ def species_lookup(type_map: Mapping[int, int], device: torch.device) -> torch.T
 def missing_species(lookup: torch.Tensor, numbers: torch.Tensor) -> list[int]:
     """The atomic numbers of `numbers` that `lookup` (`species_lookup`) maps to no species,
     sorted (empty when it knows them all)."""
-    known = numbers < lookup.shape[0]
-    if bool(known.all()) and not bool((lookup[numbers[known]] < 0).any()):
+    size = lookup.shape[0]
+    # one host synchronisation: the check runs before every forward
+    unknown = (numbers >= size) | (lookup[numbers.clamp(max=size - 1)] < 0)
+    if not bool(unknown.any()):
         return []
     return sorted(set(numbers.tolist()) - set(torch.nonzero(lookup >= 0).flatten().tolist()))
