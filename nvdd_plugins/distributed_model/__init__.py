@@ -12,7 +12,8 @@ from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
-from nvdd_plugins.distributed_model.view import HaloView, assemble_view, build_halo_view
+from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_view
 
 __all__ = [
     "REBIND_RULE",

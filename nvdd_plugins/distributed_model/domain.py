@@ -12,7 +12,8 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
-from nvdd_plugins.distributed_model.view import HaloView, build_halo_view
+from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.view_build import build_halo_view
 from nvdd_plugins.geometry import VerletState
 
 __all__ = ["HaloDomain"]

@@ -14,7 +14,8 @@ from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
-from nvdd_plugins.distributed_model.view import HaloView, assemble_view
+from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.view_build import assemble_view
 from nvdd_plugins.geometry import VerletState
 from nvdd_plugins.models import BaseModelMixin
 

@@ -1,18 +1,17 @@
-"""`HaloView`: one rank's compute layout (owned rows, ghost rows, padding) and its builder."""
+"""`HaloView`: one rank's compute layout (owned rows, ghost rows, padding)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import torch
 
-from nvdd_plugins.comm import Communicator, HaloPlan, HaloSlot, copy_to_ghosts, fill_ghosts_
-from nvdd_plugins.decomposition import SpatialPartitioner
-from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
+from nvdd_plugins.comm import Communicator, HaloPlan, HaloSlot, copy_to_ghosts
+from nvdd_plugins.geometry import rows_times_3x3
 
-__all__ = ["HaloView", "assemble_view", "build_halo_view"]
+__all__ = ["HaloView"]
 
 
 @dataclass(frozen=True)
@@ -115,23 +114,25 @@ class HaloView:
     def edge_shifts(self, cell: torch.Tensor) -> torch.Tensor:
         """Cartesian shift (Å) of every edge slot for the (possibly strained) cell (3, 3).
 
-        On the CPU computed once per view and cell: an unchanged cell without gradients gets
-        the same tensor back (do not modify it). Elsewhere the comparison would cost a host
+        Computed once per view and cell: a cell without gradients that is unchanged (the
+        tensor given last time, not modified since; on the CPU also an equal one) gets the
+        same tensor back (do not modify it). On a GPU comparing values would cost a host
         synchronisation, more than the product."""
-        reuse = cell.device.type == "cpu" and not cell.requires_grad
-        known = self._shifts_by_cell
-        if reuse:
-            for reference, shifts in known:
-                if reference.dtype == cell.dtype and torch.equal(reference, cell):
-                    return shifts
+        if cell.requires_grad:
+            return rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
+        for known in self._shifts_by_cell:
+            if known.matches(cell):
+                return known.shifts
         shifts = rows_times_3x3(self._unit_shift_rows.to(cell.dtype), cell)
-        if reuse:
-            known[:] = [(cell.clone(), shifts)]
+        self._shifts_by_cell[:] = [_CellShifts.of(cell, shifts)]
         return shifts
 
     @cached_property
-    def _shifts_by_cell(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [] if self.built_shifts is None else [self.built_shifts]
+    def _shifts_by_cell(self) -> list[_CellShifts]:
+        if self.built_shifts is None:
+            return []
+        cell, shifts = self.built_shifts
+        return [_CellShifts(None, 0, cell, shifts)]
 
     def active_edges(
         self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
@@ -146,152 +147,33 @@ class HaloView:
         return torch.where(keep, edge_index, torch.full_like(edge_index, self.n_rows))
 
 
-def _receive_ghosts(
-    comm: Communicator, partitioner: SpatialPartitioner, owned_positions: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Send each ghost image (owned row, lattice units) to its destination; return what this
-    rank receives: owner ranks, owner rows and lattice units, ordered by source rank."""
-    ghosts = partitioner.ghost_images(owned_positions, comm.rank)
-    message = torch.cat([ghosts.rows.unsqueeze(1), ghosts.units], dim=1).cpu()
-    destinations = ghosts.ranks.cpu()
-    sends = {int(q): message[destinations == q] for q in torch.unique(destinations)}
-    received = comm.exchange_variable(sends, template=torch.empty(0, 4, dtype=torch.long))
-    sources = sorted(p for p, m in received.items() if m.shape[0])
-    incoming = torch.cat([received[p] for p in sources] + [torch.empty(0, 4, dtype=torch.long)])
-    owners = [torch.full((received[p].shape[0],), p, dtype=torch.long) for p in sources]
-    owner_rank = torch.cat([*owners, torch.empty(0, dtype=torch.long)])
-    return owner_rank, incoming[:, 0], incoming[:, 1:]
+class _CellShifts(NamedTuple):
+    """Edge shifts computed for a cell: the tensor given (held, so no other tensor takes
+    its memory) and its version counter then, a copy of its values, and the shifts."""
 
+    source: torch.Tensor | None
+    version: int
+    values: torch.Tensor
+    shifts: torch.Tensor
 
-def assemble_view(
-    plan: HaloPlan,
-    local_positions: torch.Tensor,
-    image_units: torch.Tensor,
-    atomic_numbers: torch.Tensor,
-    global_ids: torch.Tensor,
-    pairs: torch.Tensor,
-    pair_units: torch.Tensor,
-    padding_species: int,
-    node_capacity: Callable[[int], int],
-    edge_capacity: Callable[[int], int],
-    spacing: float,
-    far_pair_padding: bool = False,
-    wrapped_axes: torch.Tensor | None = None,
-    built_shifts: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> HaloView:
-    """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
+    @classmethod
+    def of(cls, cell: torch.Tensor, shifts: torch.Tensor) -> _CellShifts:
+        tracked = not cell.is_inference()
+        return cls(cell if tracked else None, cell._version if tracked else 0, cell.clone(), shifts)
 
-    Padding rows get `padding_species`, id -1 and far-apart positions (2 `spacing` Å apart,
-    beyond every local atom). Empty edge slots hold the sentinel `n_rows`, or, with
-    `far_pair_padding` (compiled runs: no data-dependent filtering), a pair of padding rows
-    farther apart than `spacing`, which a cutoff-safe model weighs exactly zero. The row
-    count is bumped until it differs from the slot count and from 1. `wrapped_axes`: the
-    axes `pair_units` wrap along (default none). `built_shifts`: the pairs' Cartesian
-    shifts for a cell, (cell, (E, 3)), kept (padded) for `edge_shifts`.
-    """
-    device = local_positions.device
-    n_local = plan.n_local
-    slots = edge_capacity(pairs.shape[1])
-    n_rows = node_capacity(n_local + 2 if far_pair_padding else n_local)
-    while n_rows in (slots, 1):
-        n_rows += 1
-    n_pad = n_rows - n_local
-
-    def padded(rows: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.cat([rows, rows.new_full((n_pad, *rows.shape[1:]), fill)])
-
-    if slots == pairs.shape[1]:  # no empty slots: the pairs as they are
-        edge_index, edge_units = pairs.long(), pair_units.long()
-    else:
-        edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-        if far_pair_padding:
-            edge_index[0], edge_index[1] = n_local, n_local + 1
-        edge_index[:, : pairs.shape[1]] = pairs
-        edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
-        edge_units[: pairs.shape[1]] = pair_units
-    if built_shifts is not None:
-        cell, pair_shifts = built_shifts
-        if slots > pairs.shape[1]:
-            pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - pairs.shape[1], 3)])
-        built_shifts = (cell.detach().clone(), pair_shifts)
-    reach = local_positions.abs().max() if n_local else local_positions.new_zeros(())
-    steps = torch.arange(1, n_pad + 1, device=device, dtype=local_positions.dtype)
-    padding = local_positions.new_zeros(n_pad, 3)
-    padding[:, 0] = reach + 10.0 * spacing + 2.0 * spacing * steps
-    return HaloView(
-        plan=plan,
-        n_rows=n_rows,
-        image_units=padded(image_units, 0),
-        atomic_numbers=padded(atomic_numbers.long(), padding_species),
-        global_ids=padded(global_ids.long(), -1),
-        edge_index=edge_index,
-        edge_unit_shifts=edge_units,
-        padding_positions=padding,
-        wrapped_axes=(
-            torch.zeros(3, dtype=torch.bool, device=device)
-            if wrapped_axes is None
-            else wrapped_axes.to(device)
-        ),
-        built_shifts=built_shifts,
-    )
-
-
-def build_halo_view(
-    comm: Communicator,
-    partitioner: SpatialPartitioner,
-    owned_positions: torch.Tensor,
-    owned_numbers: torch.Tensor,
-    owned_ids: torch.Tensor,
-    cell: torch.Tensor,
-    padding_species: int,
-    node_capacity: Callable[[int], int],
-    edge_capacity: Callable[[int], int],
-    far_pair_padding: bool = False,
-    list_pairs: bool = True,
-) -> HaloView:
-    """Select ghosts, build the plan and the neighbour list of this rank (collective).
-
-    `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes; see
-    `assemble_view` for `far_pair_padding`. Without `list_pairs` the view has no pairs
-    (an evaluation that lists its own, such as chunks of the view).
-    """
-    device = owned_positions.device
-    n_owned = owned_positions.shape[0]
-    width = partitioner.halo_width
-    owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions)
-    plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row).to(device)
-
-    def local_rows(owned: torch.Tensor) -> torch.Tensor:
-        rows = torch.cat([owned, owned.new_zeros((plan.n_ghost, *owned.shape[1:]))])
-        return fill_ghosts_(rows, plan, comm)
-
-    _, wrap = partitioner.owned_fractional(owned_positions, comm.rank)
-    units = torch.cat([-wrap, ghost_units.to(device)])
-    with torch.no_grad():
-        local = local_rows(owned_positions) + rows_times_3x3(units, cell)
-    wrapped = partitioner.wrapped_axes.to(device)
-    built_shifts = None
-    if list_pairs:
-        listed = build_neighbor_list(local, cell, wrapped, width, touching=n_owned)
-        pairs, pair_units = listed.edge_index, listed.unit_shifts
-        built_shifts = (cell, listed.shifts)
-    else:
-        pairs = torch.empty(2, 0, dtype=torch.long, device=device)
-        pair_units = torch.empty(0, 3, dtype=torch.long, device=device)
-    numbers, ids = local_rows(torch.stack([owned_numbers.long(), owned_ids.long()], 1)).unbind(1)
-    return assemble_view(
-        plan,
-        local,
-        units,
-        numbers,
-        ids,
-        pairs,
-        pair_units,
-        padding_species,
-        node_capacity,
-        edge_capacity,
-        width,
-        far_pair_padding,
-        wrapped,
-        built_shifts,
-    )
+    def matches(self, cell: torch.Tensor) -> bool:
+        """Whether `cell` is unchanged: the same memory not written since, or (on the CPU,
+        where comparing costs no synchronisation) equal values."""
+        if cell.dtype != self.values.dtype or cell.device != self.values.device:
+            return False
+        source = self.source
+        if (
+            source is not None
+            and not cell.is_inference()
+            and cell._version == self.version
+            and cell.untyped_storage().data_ptr() == source.untyped_storage().data_ptr()
+            and (cell.shape, cell.stride(), cell.storage_offset())
+            == (source.shape, source.stride(), source.storage_offset())
+        ):
+            return True
+        return cell.device.type == "cpu" and torch.equal(self.values, cell)
