@@ -93,3 +93,23 @@ def test_simulated_ranks_run_forward_and_backward_on_the_gpu(model_name: str) ->
     )
     for result in results:
         assert_close(errors(result, reference, len(atoms)), model_name)
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_chunks_sized_from_free_gpu_memory_equal_one_evaluation(model_name: str) -> None:
+    """`ChunkedEvaluator(max_atoms=None)` measures bytes per row on the GPU (the memory probe
+    runs only on CUDA) and, through `chunk_atoms="auto"`, sizes every rank's chunks."""
+    from nvdd_plugins.models import ChunkedEvaluator
+
+    atoms = _atoms(model_name, "bulk")
+    reference = _on_device(model_name, "bulk", "cuda", distributed=False)
+    model = MODELS[model_name]().to("cuda")
+    batch = Batch.from_atoms(atoms, device="cuda")
+    properties = properties_for(atoms)
+    chunked = ChunkedEvaluator(model, max_atoms=None)
+    result = {k: v.cpu() for k, v in requested(chunked(batch, properties), properties).items()}
+    assert_close(errors(result, reference, len(atoms)), f"{model_name}/ChunkedEvaluator")
+    config = DomainConfig(cutoff=model.cutoff, skin=0.3, chunk_atoms="auto")
+    replicated = ReplicatedModel(model, config)
+    result = {k: v.cpu() for k, v in requested(replicated(batch, properties), properties).items()}
+    assert_close(errors(result, reference, len(atoms)), f"{model_name}/chunk_atoms=auto")
