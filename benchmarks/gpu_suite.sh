@@ -35,6 +35,8 @@ step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda
 # MACE + cuEquivariance (needs cuequivariance-torch and its cu13 ops importable)
 step cueq_single 300 mace_cueq.py single --cases small:10976 small:108000 medium:32000 --e3nn \
     --float64-check --repeats 10
+# where DD@1's extra time per step goes: GPU busy vs idle gaps, plain mace-torch beside
+step step_gaps 150 step_gaps.py --atoms 10976 --skin 0 --backend e3nn --calls 2
 step cueq_multi 420 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py multi \
     --per-gpu 108000 --strong 216000
 step cueq_largest 300 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py \
