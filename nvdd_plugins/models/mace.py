@@ -15,14 +15,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from ase.data import chemical_symbols
 from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import missing_species, species_lookup
+from nvdd_plugins.models.species import require_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -94,13 +93,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
 
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
-        missing = missing_species(self.species_index, numbers)
-        if missing:
-            known = torch.nonzero(self.species_index >= 0).flatten().tolist()
-            raise ValueError(
-                f"the MACE model has no parameters for {_symbols(missing)} (it knows "
-                f"{_symbols(known)}): use a model trained on these elements"
-            )
+        require_species(self.species_index, numbers, "MACE")
 
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
@@ -272,8 +265,3 @@ class _GhostExchange:
 def _uses_cuequivariance(model: nn.Module) -> bool:
     """Whether any submodule of `model` comes from cuequivariance-torch."""
     return any(type(m).__module__.startswith("cuequivariance_torch") for m in model.modules())
-
-
-def _symbols(numbers: list[int]) -> str:
-    """Element symbols with their atomic numbers, e.g. "Au (79)"."""
-    return ", ".join(f"{chemical_symbols[z]} ({z})" for z in numbers)

@@ -23,7 +23,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import missing_species, species_lookup
+from nvdd_plugins.models.species import require_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     MLIPSpec,
@@ -80,14 +80,8 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
         self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(model.cutoff)))
 
     def check_species(self, numbers: torch.Tensor) -> None:
-        """Raise a ValueError naming the atomic numbers the model has no parameters for."""
-        missing = missing_species(self.species_index, numbers)
-        if missing:
-            model_numbers = torch.nonzero(self.species_index >= 0).flatten().tolist()
-            raise ValueError(
-                f"the SevenNet model has no parameters for atomic numbers {missing} "
-                f"(it knows {model_numbers})"
-            )
+        """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
+        require_species(self.species_index, numbers, "SevenNet")
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV), sevenn's shift and scale included."""

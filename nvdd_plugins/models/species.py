@@ -1,12 +1,13 @@
-"""Species of a model's embedding by atomic number, and the atomic numbers it lacks."""
+"""Species of a model's embedding by atomic number, and the elements it lacks."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
+from ase.data import chemical_symbols
 
-__all__ = ["missing_species", "species_lookup"]
+__all__ = ["missing_species", "require_species", "species_lookup"]
 
 
 def species_lookup(type_map: Mapping[int, int], device: torch.device) -> torch.Tensor:
@@ -26,3 +27,20 @@ def missing_species(lookup: torch.Tensor, numbers: torch.Tensor) -> list[int]:
     if not bool(unknown.any()):
         return []
     return sorted(set(numbers.tolist()) - set(torch.nonzero(lookup >= 0).flatten().tolist()))
+
+
+def require_species(lookup: torch.Tensor, numbers: torch.Tensor, model: str) -> None:
+    """Raise a ValueError naming the elements of `numbers` that `lookup` maps to no species
+    of the `model` (its name, for the message)."""
+    missing = missing_species(lookup, numbers)
+    if missing:
+        known = torch.nonzero(lookup >= 0).flatten().tolist()
+        raise ValueError(
+            f"the {model} model has no parameters for {_symbols(missing)} (it knows "
+            f"{_symbols(known)}): use a model trained on these elements"
+        )
+
+
+def _symbols(numbers: list[int]) -> str:
+    """Element symbols with their atomic numbers, e.g. "Au (79)"."""
+    return ", ".join(f"{chemical_symbols[z]} ({z})" for z in numbers)

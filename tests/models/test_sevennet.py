@@ -55,7 +55,7 @@ def test_float32_matches_sevenn_ase_calculator() -> None:
 def test_unknown_species_raise() -> None:
     atoms = SYSTEMS["bulk"]()
     atoms.numbers[0] = 6
-    with pytest.raises(ValueError, match=r"no parameters for atomic numbers \[6\]"):
+    with pytest.raises(ValueError, match=r"no parameters for C \(6\)"):
         evaluate_model(SevenNetWrapper(tiny_sevennet()), Batch.from_atoms(atoms))
 
 
