@@ -22,6 +22,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, short_range_coulomb
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
+from nvdd_plugins.models.species import require_species, species_lookup
 from nvdd_plugins.spec import (
     ENERGY_KINDS,
     AllReduceSum,
@@ -118,6 +119,13 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         self.aev_cutoff = float(model.aev.rc_s)
         cutoff = max([self.aev_cutoff] + [h.dsf_rc for h in heads if isinstance(h, LRCoulomb)])
         self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(cutoff)))
+        # the elements of the embedding, or of the metadata's "implemented_species" (aimnet's
+        # calculator checks the latter too)
+        metadata = getattr(model, "metadata", None) or {}
+        known = metadata.get("implemented_species") or range(1, model.afv.num_embeddings)
+        device = next(model.parameters()).device
+        lookup = species_lookup({int(z): 0 for z in known}, device)
+        self.register_buffer("species_index", lookup, persistent=False)
 
     @classmethod
     def from_calculator(cls, calc: Any, charge: float = 0.0, mult: float = 1.0) -> AIMNet2Wrapper:
@@ -157,13 +165,8 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         return {"energies": energies, "energy": energy, "charges": data["charges"]}
 
     def check_species(self, numbers: torch.Tensor) -> None:
-        """Raise a ValueError naming atomic numbers outside the model's embedding or its
-        metadata's "implemented_species" (aimnet's calculator checks the latter too)."""
-        metadata = getattr(self.model, "metadata", None) or {}
-        known = set(metadata.get("implemented_species") or range(1, self.model.afv.num_embeddings))
-        missing = sorted(set(numbers.tolist()) - known)
-        if missing:
-            raise ValueError(f"the AIMNet2 model has no parameters for atomic numbers {missing}")
+        """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
+        require_species(self.species_index, numbers, "AIMNet2")
 
     def _charges_and_features(self, inputs: ModelInputs, pairs: _Pairs) -> dict[str, Any]:
         """aimnet's passes (`AIMNet2.forward_prepared` on the wrapper's layout): "charges"
