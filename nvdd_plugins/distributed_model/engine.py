@@ -15,7 +15,12 @@ import torch
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.results import RowResults, check_energies, consolidate
+from nvdd_plugins.distributed_model.results import (
+    RowResults,
+    check_energies,
+    consolidate,
+    outputs_alike_on_every_rank,
+)
 from nvdd_plugins.distributed_model.runner import SpecRunner
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
@@ -172,6 +177,7 @@ class HaloEngine:
                 local, numbers, cell[0], view.wrapped_axes, view.n_owned, want_forces, want_stress
             )
             derived.update(found)
+        per_atom = outputs_alike_on_every_rank(self.comm, per_atom, view.n_owned, local)
         energies = per_atom.pop("energies", local.new_zeros(view.n_owned))
         per_row = {"energies": energies, **per_atom}
         per_row = {
