@@ -48,6 +48,12 @@ class DomainConfig:
         halo_layers: ghost shell thickness in cutoffs; None: one, or with `chunk_atoms` the
             model's message-passing layers (`MLIPSpec.n_layers`; give it here for a model
             whose spec does not declare them).
+        balance: "auto" (default): at `partition()` and at each neighbour-list rebuild, when
+            the busiest rank owns more than `balance_threshold` times the mean number of
+            atoms, the sub-domain boundaries move to equal shares (staggered cuts, see
+            docs/balance.md); "off": the regular grid. Halo strategy only (graph partition
+            shards are equal by construction).
+        balance_threshold: the max / mean owned atoms above which "auto" re-balances.
     """
 
     cutoff: float
@@ -62,6 +68,8 @@ class DomainConfig:
     strict: bool = False
     chunk_atoms: int | Literal["auto"] | None = None
     halo_layers: int | None = None
+    balance: Literal["auto", "off"] = "auto"
+    balance_threshold: float = 1.05
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):
@@ -79,6 +87,13 @@ class DomainConfig:
             if len(grid) != 3 or min(grid) < 1:
                 raise ValueError(f"grid must be three positive integers, got {self.grid!r}")
             self.grid = grid  # type: ignore[assignment]
+        if self.balance not in ("auto", "off"):
+            raise ValueError(f'balance must be "auto" or "off", got {self.balance!r}')
+        if not (math.isfinite(self.balance_threshold) and self.balance_threshold >= 1.0):
+            raise ValueError(
+                f"balance_threshold (max / mean owned atoms) must be >= 1, got "
+                f"{self.balance_threshold!r}"
+            )
         if self.capacity_growth <= 1.0:
             raise ValueError("capacity_growth must be > 1")
         if self.halo_layers is not None and self.halo_layers < 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.decomposition.balance import balanced_cuts, imbalance
+from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.frame import DecompositionFrame
 from nvdd_plugins.decomposition.grid import choose_rank_grid
 from nvdd_plugins.decomposition.index_partitioner import (
@@ -16,7 +18,10 @@ __all__ = [
     "GhostImages",
     "IndexPartitioner",
     "SpatialPartitioner",
+    "StaggeredCuts",
+    "balanced_cuts",
     "choose_rank_grid",
+    "imbalance",
     "index_owners",
     "morton_order",
 ]

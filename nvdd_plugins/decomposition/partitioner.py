@@ -1,8 +1,9 @@
 """`SpatialPartitioner`: who owns which atom, and which atom images are ghosts of which rank.
 
-Sub-domains are a regular px × py × pz grid in the fractional coordinates of a
-`DecompositionFrame`. Periodic axes wrap; atoms beyond an open face belong to the outermost
-sub-domain on that side. Empty sub-domains are fine.
+Sub-domains are the boxes of a px × py × pz grid of `StaggeredCuts` in the fractional
+coordinates of a `DecompositionFrame`: a regular grid, or cuts moved to balance the load.
+Periodic axes wrap; atoms beyond an open face belong to the outermost sub-domain on that
+side. Empty sub-domains are fine.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 
 import torch
 
+from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.frame import DecompositionFrame
 from nvdd_plugins.decomposition.grid import choose_rank_grid
 
@@ -28,26 +30,6 @@ class GhostImages:
         return int(self.rows.shape[0])
 
 
-def _grouped_product(
-    groups_a: torch.Tensor, groups_b: torch.Tensor, n_groups: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """All pairs (a, b) of entries with equal group id; inputs sorted by group id.
-
-    Returns indices into the two inputs.
-    """
-    count_a = torch.bincount(groups_a, minlength=n_groups)
-    count_b = torch.bincount(groups_b, minlength=n_groups)
-    start_a = torch.cumsum(count_a, 0) - count_a
-    start_b = torch.cumsum(count_b, 0) - count_b
-    per_group = count_a * count_b
-    group = torch.repeat_interleave(torch.arange(n_groups, device=groups_a.device), per_group)
-    offset = (
-        torch.arange(group.shape[0], device=group.device)
-        - (torch.cumsum(per_group, 0) - per_group)[group]
-    )
-    return start_a[group] + offset // count_b[group], start_b[group] + offset % count_b[group]
-
-
 def _by_domain(
     atom: torch.Tensor, rank: torch.Tensor, image: torch.Tensor, wrap: torch.Tensor
 ) -> GhostImages:
@@ -59,15 +41,17 @@ def _by_domain(
 
 
 class SpatialPartitioner:
-    """Regular grid decomposition of a frame over `world_size` ranks.
+    """Grid decomposition of a frame over `world_size` ranks.
 
     Args:
         frame: the decomposition frame (cell, or atoms' extent on open axes).
         world_size: number of ranks.
-        grid: (px, py, pz); default: the minimal-surface grid for the frame's widths.
+        grid: (px, py, pz); default: the grid of `cuts`, else the minimal-surface grid for
+            the frame's widths.
         halo_width: ghost shell width, Å. A periodic axis that is not split and is wider
             than twice this is a *wrapped* axis: its periodic neighbours are reached through
             lattice shifts of the local neighbour list instead of self-image ghosts.
+        cuts: the sub-domain boundaries; default: the regular grid.
     """
 
     def __init__(
@@ -76,9 +60,14 @@ class SpatialPartitioner:
         world_size: int,
         grid: tuple[int, int, int] | None = None,
         halo_width: float = 0.0,
+        cuts: StaggeredCuts | None = None,
     ) -> None:
         self.frame = frame
-        self.grid = grid or choose_rank_grid(world_size, frame.widths.tolist())
+        self.grid = tuple(
+            grid
+            or (cuts.grid if cuts else None)
+            or choose_rank_grid(world_size, frame.widths.tolist())
+        )
         if math.prod(self.grid) != world_size:
             suggestion = choose_rank_grid(world_size, frame.widths.tolist())
             raise ValueError(
@@ -86,17 +75,25 @@ class SpatialPartitioner:
                 f"the mesh has {world_size} ranks: give a grid whose product is {world_size} "
                 f"(e.g. {suggestion}, the minimal-surface grid for this box) or grid=None"
             )
+        if cuts is not None and cuts.grid != self.grid:
+            raise ValueError(f"cuts of grid {cuts.grid} given for the rank grid {self.grid}")
+        device = frame.box.device
+        self.cuts = (cuts or StaggeredCuts.regular(self.grid)).to(device)
         self.world_size = world_size
         self.halo_width = float(halo_width)
-        self._grid_t = torch.tensor(self.grid, device=frame.box.device)
-        unsplit = self._grid_t == 1
+        unsplit = torch.tensor(self.grid, device=device) == 1
         wide = frame.widths > 2.0 * self.halo_width
         self.wrapped_axes = frame.pbc & unsplit.to(frame.pbc.device) & wide.to(frame.pbc.device)
 
     def domain_index(self, rank: int) -> tuple[int, int, int]:
         """Grid coordinates of `rank` (row-major, z fastest)."""
-        _, py, pz = self.grid
-        return rank // (py * pz), (rank // pz) % py, rank % pz
+        return self.cuts.index(rank)
+
+    def bounds(self, rank: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fractional lower and upper bounds (3,) of `rank`'s sub-domain, as `like`'s
+        device and dtype."""
+        lo, hi = self.cuts.bounds(rank)
+        return lo.to(like), hi.to(like)
 
     def home_fractional(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Fractional coordinates wrapped on periodic axes, and the wrap count per axis
@@ -116,9 +113,7 @@ class SpatialPartitioner:
         imaged = self.frame.pbc.to(home.device) & ~self.wrapped_axes.to(home.device)
         if not bool(imaged.any()):
             return home, wrap
-        index = torch.tensor(self.domain_index(rank), device=home.device, dtype=home.dtype)
-        grid = self._grid_t.to(device=home.device, dtype=home.dtype)
-        lo, hi = index / grid, (index + 1) / grid
+        lo, hi = self.bounds(rank, home)
 
         def outside(coord: torch.Tensor) -> torch.Tensor:
             return torch.clamp(torch.maximum(lo - coord, coord - hi), min=0.0)
@@ -132,17 +127,14 @@ class SpatialPartitioner:
     def rank_of(self, positions: torch.Tensor) -> torch.Tensor:
         """Owning rank of each position (N,) int64."""
         home, _ = self.home_fractional(positions)
-        cells = torch.floor(home * self._grid_t).long()
-        cells = torch.minimum(torch.clamp(cells, min=0), self._grid_t - 1)
-        _, py, pz = self.grid
-        return (cells[:, 0] * py + cells[:, 1]) * pz + cells[:, 2]
+        return self.cuts.locate(home)
 
     def ghost_images(self, positions: torch.Tensor, owner_rank: int) -> GhostImages:
         """Images of this rank's atoms within the halo width of another sub-domain (or of
         this one, for periodic self-images). The atom itself on its own rank is excluded, and
         wrapped axes make no images (see the class docstring).
 
-        Membership uses the sub-domain slab expanded by the width along each axis, a superset
+        Membership uses the sub-domain box expanded by the width along each axis, a superset
         of the exact distance test, so extra ghosts are possible but none is missed.
         """
         device = positions.device
@@ -166,35 +158,37 @@ class SpatialPartitioner:
 
     def _memberships(self, home: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom, sub-domain, image) of every image of the fractional positions `home` in a
-        sub-domain's slab expanded by the halo width (images only on imaged axes)."""
+        sub-domain's box expanded by the halo width (images only on imaged axes).
+
+        Axis by axis: the boxes an image can reach along the second axis depend on the
+        slab it is in along the first, those along the third on its column."""
         device = home.device
-        n = home.shape[0]
         imaged_axes = (self.frame.pbc & ~self.wrapped_axes).tolist()
         reach = (self.halo_width / self.frame.widths).tolist()
-        axis_entries = []
-        for axis in range(3):
-            p = self.grid[axis]
+        px, py, pz = self.grid
+        tables = (
+            self.cuts.x.reshape(1, px + 1),
+            self.cuts.y,
+            self.cuts.z.reshape(px * py, pz + 1),
+        )
+        atom = torch.arange(home.shape[0], device=device)
+        group = torch.zeros_like(atom)
+        image = torch.zeros(home.shape[0], 0, dtype=torch.long, device=device)
+        for axis, table in enumerate(tables):
+            parts = table.shape[1] - 1
             periodic = imaged_axes[axis]
             k = math.ceil(reach[axis]) + 1 if periodic else 0
             images = torch.arange(-k, k + 1, device=device)
-            coord = home[:, axis].unsqueeze(1) + images.to(home.dtype)  # (n, n_images)
-            domains = torch.arange(p, device=device, dtype=home.dtype)
-            lower = domains / p - reach[axis]
-            upper = (domains + 1) / p + reach[axis]
-            if not periodic:  # open or wrapped: the outermost slabs extend to infinity
-                lower[0], upper[-1] = -math.inf, math.inf
-            inside = (coord.unsqueeze(1) >= lower.view(1, p, 1)) & (
-                coord.unsqueeze(1) < upper.view(1, p, 1)
+            coord = home[atom, axis].unsqueeze(1).to(table.dtype) + images  # (E, n_images)
+            lower = table[group, :-1] - reach[axis]  # (E, parts)
+            upper = table[group, 1:] + reach[axis]
+            if not periodic:  # open or wrapped: the outermost boxes extend to infinity
+                lower[:, 0], upper[:, -1] = -math.inf, math.inf
+            inside = (coord.unsqueeze(2) >= lower.unsqueeze(1)) & (
+                coord.unsqueeze(2) < upper.unsqueeze(1)
             )
-            atom, domain, image = torch.nonzero(inside, as_tuple=True)
-            axis_entries.append((atom, domain, images[image]))
-        (ax, dx, ix), (ay, dy, iy), (az, dz, iz) = axis_entries
-        pick_x, pick_y = _grouped_product(ax, ay, n)
-        atom = ax[pick_x]
-        pick_xy, pick_z = _grouped_product(atom, az, n)
-        atom = atom[pick_xy]
-        domain = torch.stack([dx[pick_x][pick_xy], dy[pick_y][pick_xy], dz[pick_z]], dim=1)
-        image = torch.stack([ix[pick_x][pick_xy], iy[pick_y][pick_xy], iz[pick_z]], dim=1)
-        _, py, pz = self.grid
-        rank = (domain[:, 0] * py + domain[:, 1]) * pz + domain[:, 2]
-        return atom, rank, image
+            entry, which, part = torch.nonzero(inside, as_tuple=True)
+            atom = atom[entry]
+            group = group[entry] * parts + part
+            image = torch.cat([image[entry], images[which].unsqueeze(1)], dim=1)
+        return atom, group, image

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,7 +12,13 @@ import torch
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
-from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner
+from nvdd_plugins.decomposition import (
+    DecompositionFrame,
+    SpatialPartitioner,
+    StaggeredCuts,
+    balanced_cuts,
+    imbalance,
+)
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import build_halo_view
 from nvdd_plugins.geometry import VerletState
@@ -38,6 +45,7 @@ class HaloDomain:
         self.padding_species = 1
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # atoms this rank received by migration so far
+        self.rebalances = 0  # times the cuts moved to balance the load (setup included)
         growth = config.capacity_growth if config.compile else None
         self.verlet = VerletState(config.skin, config.rebuild_threshold, growth)
 
@@ -58,9 +66,76 @@ class HaloDomain:
         self.partitioner = SpatialPartitioner(
             frame, self.comm.size, self.config.grid, self.config.halo_width
         )
+        self.balance_from_root(full.positions if self.comm.rank == 0 and full is not None else None)
         self.view = None
         self.verlet.reset()
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
+
+    # -- load balance ---------------------------------------------------------------------
+    def balance_from_root(self, positions: torch.Tensor | None) -> None:
+        """Balance the cuts for the full system's `positions` held by rank 0 (None
+        elsewhere), when `DomainConfig.balance` is on and the current cuts' owned atoms
+        exceed the threshold (collective: rank 0 decides and broadcasts)."""
+        cuts = None
+        if self.comm.rank == 0 and positions is not None:
+            partitioner = self._partitioner()
+            cuts = self._balanced(positions.detach().to(partitioner.frame.box), lambda t: t)
+        self._adopt(self.comm.broadcast_object(cuts, src=0))
+
+    def rebalance(self, positions: torch.Tensor, cell: torch.Tensor, replicated: bool) -> None:
+        """Move the cuts when this rank's atoms at `positions` (every rank's together, or
+        with `replicated` the full system each rank holds alike) leave the owned atoms per
+        rank more unequal than `DomainConfig.balance_threshold` (max / mean). Collective;
+        a balanced run pays one all-reduce of one number per rank."""
+        self._follow_cell(cell.detach(), positions.device)
+        if replicated:
+            self._adopt(self._balanced(positions.detach(), lambda t: t))
+        else:
+            self._adopt(self._balanced(positions.detach(), self._sum_over_ranks))
+
+    def _sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_reduce(tensor, "sum")
+
+    def _balanced(
+        self, positions: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]
+    ) -> StaggeredCuts | None:
+        """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when
+        balancing is off, the current cuts are within the threshold, or new cuts would be
+        no better."""
+        if self.config.balance == "off":
+            return None
+        partitioner = self._partitioner()
+        size = self.comm.size
+
+        def counts(p: SpatialPartitioner) -> torch.Tensor:
+            owners = p.rank_of(positions).cpu()
+            return reduce(torch.bincount(owners, minlength=size).to(torch.float64))
+
+        before = imbalance(counts(partitioner))
+        if before <= self.config.balance_threshold:
+            return None
+        frame = partitioner.frame
+        home, _ = partitioner.home_fractional(positions)
+        weights = torch.ones(home.shape[0], dtype=torch.float64)
+        cuts = balanced_cuts(
+            home, weights, size, frame.widths.tolist(), frame.pbc.tolist(), reduce, self.config.grid
+        )
+        candidate = SpatialPartitioner(frame, size, None, self.config.halo_width, cuts)
+        after = imbalance(counts(candidate))
+        logger.info(
+            "owned atoms max/mean %.3f -> %.3f with cuts of grid %s", before, after, cuts.grid
+        )
+        return cuts if after < before else None
+
+    def _adopt(self, cuts: StaggeredCuts | None) -> None:
+        """Use `cuts` (same on every rank) from now on; None keeps the current ones."""
+        if cuts is None:
+            return
+        partitioner = self._partitioner()
+        self.partitioner = SpatialPartitioner(
+            partitioner.frame, self.comm.size, None, self.config.halo_width, cuts
+        )
+        self.rebalances += 1
 
     def _partitioner(self) -> SpatialPartitioner:
         if self.partitioner is None:
@@ -76,7 +151,7 @@ class HaloDomain:
         if same_place and torch.equal(frame.box, current):
             return partitioner
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, partitioner.grid, self.config.halo_width
+            frame, self.comm.size, None, self.config.halo_width, partitioner.cuts
         )
         return self.partitioner
 
@@ -89,14 +164,13 @@ class HaloDomain:
         h = self.config.migration_hysteresis
         if h > 0 and positions.shape[0]:
             home, _ = partitioner.home_fractional(positions)
-            grid = torch.tensor(partitioner.grid, device=positions.device)
-            index = torch.tensor(partitioner.domain_index(self.comm.rank), device=positions.device)
-            lo, hi = index / grid, (index + 1) / grid
-            reach = h / partitioner.frame.widths.to(positions.device)
-            offsets = torch.tensor([-1.0, 0.0, 1.0], device=positions.device, dtype=home.dtype)
-            shifted = home.unsqueeze(-1) + offsets * partitioner.frame.pbc.to(
-                positions.device
-            ).unsqueeze(-1)
+            lo, hi = partitioner.bounds(self.comm.rank, home)
+            index = torch.tensor(partitioner.domain_index(self.comm.rank), device=home.device)
+            grid = torch.tensor(partitioner.grid, device=home.device)
+            pbc = partitioner.frame.pbc.to(home.device)
+            reach = h / partitioner.frame.widths.to(home.device)
+            offsets = torch.tensor([-1.0, 0.0, 1.0], device=home.device, dtype=home.dtype)
+            shifted = home.unsqueeze(-1) + offsets * pbc.unsqueeze(-1)
             outside = (
                 torch.clamp(
                     torch.maximum(lo.unsqueeze(-1) - shifted, shifted - hi.unsqueeze(-1)), min=0
@@ -104,8 +178,8 @@ class HaloDomain:
                 .min(dim=-1)
                 .values
             )
-            open_low = ~partitioner.frame.pbc.to(positions.device) & (index == 0)
-            open_high = ~partitioner.frame.pbc.to(positions.device) & (index == grid - 1)
+            open_low = ~pbc & (index == 0)
+            open_high = ~pbc & (index == grid - 1)
             below = home < lo
             outside = torch.where((open_low & below) | (open_high & ~below), 0.0, outside)
             stay = (outside <= reach).all(dim=1)
@@ -115,6 +189,7 @@ class HaloDomain:
     def migrate(self, owned: Batch) -> None:
         """Send atoms that left this sub-domain to their new owners; keep the batch sorted by
         global id. Collective; replaces the per-atom fields of `owned` in place."""
+        self.rebalance(owned.positions, owned.cell[0], replicated=False)
         dest = self.destinations(owned.positions.detach(), owned.cell[0].detach())
         me = self.comm.rank
         leaving = {
@@ -156,7 +231,9 @@ class HaloDomain:
         return partitioner.rank_of(positions.detach())
 
     def select_owned(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
-        """Indices of the atoms this rank owns when every rank holds the full system."""
+        """Indices of the atoms this rank owns when every rank holds the full system (the
+        same `positions` on every rank), after balancing the cuts for them if needed."""
+        self.rebalance(positions, cell, replicated=True)
         return torch.nonzero(self.owners(positions, cell) == self.comm.rank).flatten()
 
     def build(self, owned: Batch) -> HaloView:

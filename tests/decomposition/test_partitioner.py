@@ -8,16 +8,28 @@ import numpy as np
 import pytest
 import torch
 
-from nvdd_plugins.decomposition import DecompositionFrame, SpatialPartitioner, choose_rank_grid
+from nvdd_plugins.decomposition import (
+    DecompositionFrame,
+    SpatialPartitioner,
+    balanced_cuts,
+    choose_rank_grid,
+)
 from tests.helpers.systems import SYSTEMS
 
 
-def _partitioner(atoms, world_size, grid=None, width=0.0):
+def _partitioner(atoms, world_size, grid=None, width=0.0, balanced=False):
     positions = torch.tensor(atoms.positions)
     frame = DecompositionFrame.from_system(
         positions, torch.tensor(atoms.cell.array), torch.tensor(atoms.pbc)
     )
-    return SpatialPartitioner(frame, world_size, grid, width), positions
+    regular = SpatialPartitioner(frame, world_size, grid, width)
+    if not balanced:
+        return regular, positions
+    home, _ = regular.home_fractional(positions)
+    weights = torch.ones(len(atoms), dtype=torch.float64)
+    widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
+    cuts = balanced_cuts(home, weights, world_size, widths, pbc, lambda t: t, grid)
+    return SpatialPartitioner(frame, world_size, None, width, cuts), positions
 
 
 def test_grid_minimises_surface() -> None:
@@ -38,12 +50,14 @@ def test_every_atom_has_exactly_one_owner(system, world_size) -> None:
     assert int(owners.min()) >= 0 and int(owners.max()) < world_size
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize(
+    ("world_size", "balanced"), [(1, False), (2, False), (4, False), (3, True), (4, True)]
+)
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
-def test_ghosts_cover_every_neighbour_of_every_owned_atom(system, world_size) -> None:
+def test_ghosts_cover_every_neighbour_of_every_owned_atom(system, world_size, balanced) -> None:
     atoms = SYSTEMS[system]()
     width = 5.0
-    partitioner, positions = _partitioner(atoms, world_size, width=width)
+    partitioner, positions = _partitioner(atoms, world_size, width=width, balanced=balanced)
     partitioner.wrapped_axes[:] = False  # every periodic neighbour must come as a ghost here
     owners = partitioner.rank_of(positions)
     cell = torch.tensor(atoms.cell.array)

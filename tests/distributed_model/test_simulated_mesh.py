@@ -34,12 +34,29 @@ def test_slab_split_across_vacuum_leaves_ranks_empty(model_name: str) -> None:
     ref = reference(model, atoms, ("energy", "forces", "stress"))
     results = run_simulated(
         4,
-        lambda comm: replicated(comm, model, atoms, ("energy", "forces", "stress"), grid=(1, 1, 4)),
+        lambda comm: replicated(
+            comm, model, atoms, ("energy", "forces", "stress"), grid=(1, 1, 4), balance="off"
+        ),
     )
     owned = [int(r["n_owned"]) for r in results]
     assert 0 in owned and sum(owned) == len(atoms)
     for result in results:
         assert_close(errors(result, ref, len(atoms)), f"{model_name}/slab z-split")
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_slab_split_across_vacuum_is_balanced_by_default(model_name: str) -> None:
+    model = MODELS[model_name]()
+    atoms = SYSTEMS["slab"]()
+    ref = reference(model, atoms, ("energy", "forces", "stress"))
+    results = run_simulated(
+        4,
+        lambda comm: replicated(comm, model, atoms, ("energy", "forces", "stress"), grid=(1, 1, 4)),
+    )
+    owned = [int(r["n_owned"]) for r in results]
+    assert owned == [len(atoms) // 4] * 4
+    for result in results:
+        assert_close(errors(result, ref, len(atoms)), f"{model_name}/slab z-split, balanced")
 
 
 def test_lj_per_atom_stresses_match() -> None:

@@ -1,0 +1,116 @@
+"""Load balancing: staggered cuts that give every sub-domain the same weight of atoms.
+
+Per axis, in order, the cuts are weighted quantiles of the atoms' fractional coordinates:
+the first axis's cuts from the histogram of all atoms, the second axis's from the
+histogram of each slab of the first, the third's from each column. Histograms have
+`BINS` bins per axis and are summed over the ranks by the caller's `reduce` (an
+all-reduce, or the identity where one process holds every atom), so every rank computes
+the same cuts. A cut lies on a bin edge, in the middle of the run of edges that is
+nearest to the target weight, so a cut in a gap between atoms sits mid-gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from nvdd_plugins.decomposition.cuts import StaggeredCuts
+from nvdd_plugins.decomposition.grid import choose_rank_grid
+
+__all__ = ["BINS", "Reduce", "balanced_cuts", "imbalance"]
+
+BINS = 16384  # per axis: cuts to 1/16384 of the box (0.004 Å in a 60 Å box)
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+"""Sums a tensor over the ranks (identity when one process holds all atoms)."""
+
+
+def imbalance(counts: torch.Tensor) -> float:
+    """max / mean of per-rank weights (1.0 when there is nothing to weigh)."""
+    total = float(counts.sum())
+    return float(counts.max()) * counts.numel() / total if total > 0 else 1.0
+
+
+def _bins(coord: torch.Tensor) -> torch.Tensor:
+    """Histogram bin of fractional coordinates (clamped into [0, 1])."""
+    return (coord.clamp(0.0, 1.0) * BINS).long().clamp(max=BINS - 1)
+
+
+def _histograms(
+    groups: torch.Tensor, coord: torch.Tensor, weights: torch.Tensor, n: int, reduce: Reduce
+) -> torch.Tensor:
+    """(n, BINS) weight histograms of `coord`, one per group, summed over the ranks."""
+    flat = groups * BINS + _bins(coord)
+    local = torch.bincount(flat, weights=weights, minlength=n * BINS).to(torch.float64)
+    return reduce(local).reshape(n, BINS)
+
+
+def _quantile_cuts(histograms: torch.Tensor, parts: int) -> torch.Tensor:
+    """(G, parts + 1) cuts splitting each histogram's weight into `parts` equal shares."""
+    groups = histograms.shape[0]
+    edges = torch.cat([histograms.new_zeros(groups, 1), histograms.cumsum(dim=1)], dim=1)
+    totals = edges[:, -1:]
+    targets = totals * torch.arange(1, parts, dtype=torch.float64) / parts  # (G, parts - 1)
+    cuts = torch.arange(parts + 1, dtype=torch.float64).repeat(groups, 1) / parts
+    for g in torch.nonzero(totals.flatten() > 0).flatten().tolist():
+        above = torch.searchsorted(edges[g], targets[g]).clamp(max=BINS)
+        below = (above - 1).clamp(min=0)
+        nearer_below = (targets[g] - edges[g][below]) <= (edges[g][above] - targets[g])
+        value = edges[g][torch.where(nearer_below, below, above)]
+        first = torch.searchsorted(edges[g], value)  # the run of edges at that weight
+        last = torch.searchsorted(edges[g], value, right=True) - 1
+        cuts[g, 1:-1] = (first + last).to(torch.float64) / (2 * BINS)
+    return cuts
+
+
+def _extent(histogram: torch.Tensor, periodic: bool) -> float:
+    """Fraction of an axis the atoms occupy: from the first to the last occupied bin, or
+    on a periodic axis the axis less its largest empty run (which may wrap)."""
+    occupied = torch.nonzero(histogram > 0).flatten()
+    if occupied.numel() == 0:
+        return 1.0
+    if not periodic:
+        return float(occupied[-1] - occupied[0] + 1) / BINS
+    gaps = torch.cat([occupied.diff(), (occupied[:1] + BINS - occupied[-1:])]) - 1
+    return 1.0 - float(gaps.max()) / BINS
+
+
+def balanced_cuts(
+    home: torch.Tensor,
+    weights: torch.Tensor,
+    world_size: int,
+    widths: Sequence[float],
+    pbc: Sequence[bool],
+    reduce: Reduce,
+    grid: tuple[int, int, int] | None = None,
+) -> StaggeredCuts:
+    """Staggered cuts giving `world_size` sub-domains equal shares of `weights` (CPU).
+
+    `home`: (N, 3) fractional coordinates of this rank's atoms (wrapped on periodic axes);
+    `weights`: (N,) their cost; `widths`: the frame's perpendicular widths (Å). Without a
+    `grid`, the minimal-surface grid of the region the atoms occupy (so a slab in vacuum is
+    not cut across its thin axis). Collective through `reduce`.
+    """
+    home = home.detach().cpu().to(torch.float64)
+    weights = weights.detach().cpu().to(torch.float64)
+    none = torch.zeros(home.shape[0], dtype=torch.long)
+    x_histogram = _histograms(none, home[:, 0], weights, 1, reduce)
+    if grid is None:
+        marginals = [x_histogram[0]] + [
+            _histograms(none, home[:, a], weights, 1, reduce)[0] for a in (1, 2)
+        ]
+        extents = [
+            _extent(h, bool(p)) * float(w) for h, p, w in zip(marginals, pbc, widths, strict=True)
+        ]
+        grid = choose_rank_grid(world_size, extents)
+    px, py, pz = grid
+    x = _quantile_cuts(x_histogram, px)[0]
+    i = torch.searchsorted(x[1:-1].contiguous(), home[:, 0].contiguous(), right=True)
+    y = _quantile_cuts(_histograms(i, home[:, 1], weights, px, reduce), py)
+    j = torch.searchsorted(y[i][:, 1:-1].contiguous(), home[:, 1:2].contiguous(), right=True)
+    column = i * py + j.squeeze(-1)
+    z = _quantile_cuts(_histograms(column, home[:, 2], weights, px * py, reduce), pz)
+    cuts = StaggeredCuts(x, y, z.reshape(px, py, pz + 1))
+    cuts.check()
+    return cuts
