@@ -261,14 +261,15 @@ class HaloDomain:
 
     # -- checkpoints ----------------------------------------------------------------------
     def checkpoint_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of this rank's decomposition: the "frame" and rank "grid",
-        the "padding_species", the padded "capacities" (node rows, edge slots) and
-        "reference": the owned positions (in the owned order) and the cell of the last
+        """What a checkpoint keeps of this rank's decomposition: the "frame", rank "grid" and
+        its "cuts", the "padding_species", the padded "capacities" (node rows, edge slots)
+        and "reference": the owned positions (in the owned order) and the cell of the last
         rebuild, or None before the first rebuild."""
         partitioner = self._partitioner()
         return {
             "frame": partitioner.frame,
             "grid": tuple(partitioner.grid),
+            "cuts": partitioner.cuts.to("cpu"),
             "padding_species": self.padding_species,
             "capacities": (self.verlet.rows.value, self.verlet.pairs.value),
             "reference": self.verlet.reference,
@@ -280,13 +281,19 @@ class HaloDomain:
         grid: tuple[int, int, int] | None,
         padding_species: int,
         capacities: tuple[int, int] | None = None,
+        cuts: StaggeredCuts | None = None,
     ) -> None:
         """Resume a checkpointed decomposition instead of `setup`: its frame, rank grid
-        (None: the minimal-surface grid), padding species and this rank's padded
+        (None: the minimal-surface grid) or `cuts` (None: the regular grid; at another rank
+        count `balance_from_root` balances afresh), padding species and this rank's padded
         `capacities` (meaningful at the same rank count only). Then `build` the owned atoms
         at their positions and cell of the last rebuild to get that rebuild's view and
         rebuild reference back; without it the next evaluation rebuilds."""
-        self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.config.halo_width)
+        if cuts is not None:
+            cuts.check()
+        self.partitioner = SpatialPartitioner(
+            frame, self.comm.size, grid, self.config.halo_width, cuts
+        )
         self.padding_species = int(padding_species)
         self.view = None
         self.verlet.reset()

@@ -26,7 +26,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator, local_device
 from nvdd_plugins.data import Batch, FieldLevel
-from nvdd_plugins.decomposition import DecompositionFrame
+from nvdd_plugins.decomposition import DecompositionFrame, StaggeredCuts
 from nvdd_plugins.distributed_model import HaloDomain
 from nvdd_plugins.dynamics import BaseDynamics
 
@@ -99,6 +99,7 @@ def save_domain_checkpoint(
             "decomposition": {
                 "world_size": comm.size,
                 "grid": list(state["grid"]),
+                "cuts": {axis: getattr(state["cuts"], axis) for axis in "xyz"},
                 "origin": frame.origin.cpu(),
                 "box": frame.box.cpu(),
                 "pbc": frame.pbc.cpu(),
@@ -157,20 +158,27 @@ def restore_domain_checkpoint(
     capacities = layout["capacities"][comm.rank].tolist() if same_layout else None
     frame = DecompositionFrame(layout["origin"], layout["box"], layout["pbc"])
     grid = wanted_grid or (saved_grid if same_size else None)
-    domain.restore(frame, grid, layout["padding_species"], capacities)
+    saved_cuts = layout.get("cuts")
+    cuts = StaggeredCuts(**saved_cuts) if same_layout and saved_cuts else None
+    domain.restore(frame, grid, layout["padding_species"], capacities, cuts)
 
     reference_cell = meta["reference_cell"]
     per_atom: dict[str, torch.Tensor] = {}
     owner = None
+    cell = reference_cell if reference_cell is not None else meta["system"]["cell"][0]
+    where = None
     if comm.rank == 0:
         per_atom = dict(content["atoms"])
         if reference_cell is not None:
             per_atom["reference_positions"] = content["neighbor_list"]["reference_positions"]
+        # the sub-domains of the rebuild positions (or of the current ones)
+        where = per_atom.get("reference_positions", per_atom["positions"])
+    if not same_layout:  # another rank count or grid: cuts balanced afresh
+        domain.balance_from_root(where)
+    if comm.rank == 0:
         if same_layout:
             owner = content["decomposition"]["owner"]
-        else:  # the sub-domains of the rebuild positions (or of the current ones)
-            where = per_atom.get("reference_positions", per_atom["positions"])
-            cell = reference_cell if reference_cell is not None else meta["system"]["cell"][0]
+        else:
             owner = domain.owners(where, cell).cpu()
     received = {
         name: value.to(target)
