@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvdd_plugins.decomposition.balance import balanced_cuts, imbalance
+from nvdd_plugins.decomposition.balance import balanced_cuts, imbalance, owned_counts, rebalanced
 from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.frame import DecompositionFrame
 from nvdd_plugins.decomposition.grid import choose_rank_grid
@@ -24,4 +24,6 @@ __all__ = [
     "imbalance",
     "index_owners",
     "morton_order",
+    "owned_counts",
+    "rebalanced",
 ]

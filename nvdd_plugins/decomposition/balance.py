@@ -11,14 +11,18 @@ nearest to the target weight, so a cut in a gap between atoms sits mid-gap.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import torch
 
 from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.grid import choose_rank_grid
+from nvdd_plugins.decomposition.partitioner import SpatialPartitioner
 
-__all__ = ["BINS", "Reduce", "balanced_cuts", "imbalance"]
+__all__ = ["BINS", "Reduce", "balanced_cuts", "imbalance", "owned_counts", "rebalanced"]
+
+logger = logging.getLogger(__name__)
 
 BINS = 16384  # per axis: cuts to 1/16384 of the box (0.004 Å in a 60 Å box)
 
@@ -114,3 +118,37 @@ def balanced_cuts(
     cuts = StaggeredCuts(x, y, z.reshape(px, py, pz + 1))
     cuts.check()
     return cuts
+
+
+def owned_counts(
+    partitioner: SpatialPartitioner, positions: torch.Tensor, reduce: Reduce
+) -> torch.Tensor:
+    """Atoms each rank owns (float64, CPU) under `partitioner`, of `positions` summed by
+    `reduce`."""
+    owners = partitioner.rank_of(positions.detach()).cpu()
+    counts = torch.bincount(owners, minlength=partitioner.world_size).to(torch.float64)
+    return reduce(counts)
+
+
+def rebalanced(
+    partitioner: SpatialPartitioner,
+    positions: torch.Tensor,
+    threshold: float,
+    reduce: Reduce,
+    grid: tuple[int, int, int] | None = None,
+) -> StaggeredCuts | None:
+    """New cuts when the owned atoms at `positions` (this rank's, summed by `reduce`) are
+    more unequal than `threshold` (max / mean) under `partitioner` and the balanced cuts
+    (of `grid`, or the grid of the occupied region) are better; else None."""
+    before = imbalance(owned_counts(partitioner, positions, reduce))
+    if before <= threshold:
+        return None
+    frame, size = partitioner.frame, partitioner.world_size
+    home, _ = partitioner.home_fractional(positions.detach())
+    weights = torch.ones(home.shape[0], dtype=torch.float64)
+    widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
+    cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid)
+    candidate = SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts)
+    after = imbalance(owned_counts(candidate, positions, reduce))
+    logger.info("owned atoms max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)
+    return cuts if after < before else None

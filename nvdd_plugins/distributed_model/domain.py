@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,9 +15,8 @@ from nvdd_plugins.decomposition import (
     DecompositionFrame,
     SpatialPartitioner,
     StaggeredCuts,
-    balanced_cuts,
-    imbalance,
 )
+from nvdd_plugins.decomposition.balance import Reduce, rebalanced
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import build_halo_view
 from nvdd_plugins.geometry import VerletState
@@ -96,36 +94,14 @@ class HaloDomain:
     def _sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.comm.all_reduce(tensor, "sum")
 
-    def _balanced(
-        self, positions: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]
-    ) -> StaggeredCuts | None:
+    def _balanced(self, positions: torch.Tensor, reduce: Reduce) -> StaggeredCuts | None:
         """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when
         balancing is off, the current cuts are within the threshold, or new cuts would be
         no better."""
         if self.config.balance == "off":
             return None
-        partitioner = self._partitioner()
-        size = self.comm.size
-
-        def counts(p: SpatialPartitioner) -> torch.Tensor:
-            owners = p.rank_of(positions).cpu()
-            return reduce(torch.bincount(owners, minlength=size).to(torch.float64))
-
-        before = imbalance(counts(partitioner))
-        if before <= self.config.balance_threshold:
-            return None
-        frame = partitioner.frame
-        home, _ = partitioner.home_fractional(positions)
-        weights = torch.ones(home.shape[0], dtype=torch.float64)
-        cuts = balanced_cuts(
-            home, weights, size, frame.widths.tolist(), frame.pbc.tolist(), reduce, self.config.grid
-        )
-        candidate = SpatialPartitioner(frame, size, None, self.config.halo_width, cuts)
-        after = imbalance(counts(candidate))
-        logger.info(
-            "owned atoms max/mean %.3f -> %.3f with cuts of grid %s", before, after, cuts.grid
-        )
-        return cuts if after < before else None
+        threshold = self.config.balance_threshold
+        return rebalanced(self._partitioner(), positions, threshold, reduce, self.config.grid)
 
     def _adopt(self, cuts: StaggeredCuts | None) -> None:
         """Use `cuts` (same on every rank) from now on; None keeps the current ones."""
