@@ -17,11 +17,11 @@ last one), "auto" re-balances when max / mean exceeds the threshold (1.05); owne
 only there. Printed: max / mean with the regular grid and with "auto" after partition, the
 largest with "auto" over the run, and the regular grid's at the end.
 
-Timing: `--timing-ranks` gloo processes run the slab, `balance="off"` and "auto" built side
-by side in each rank and stepped in alternation (blocks of `--timing-steps` steps), medians
-of `--rounds` blocks. Every rank waits for the slowest, so a step takes as long as the
-busiest rank. The gloo numbers need one free core per rank; on a loaded machine they are
-noisy (the load average is printed with them).
+Timing: `--timing-ranks` gloo processes run the slab (`--timing-side`, `--timing-model`),
+`balance="off"` and "auto" built side by side in each rank and stepped in alternation
+(blocks of `--timing-steps` steps), medians of `--rounds` blocks. Every rank waits for the
+slowest, so a step takes as long as the busiest rank. The gloo numbers need one free core
+per rank; on a loaded machine they are noisy (the load average is printed with them).
 """
 
 from __future__ import annotations
@@ -51,14 +51,16 @@ from nvdd_plugins.decomposition import (
     rebalanced,
 )
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import LennardJonesModel
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
 
 EPSILON, SIGMA, CUTOFF, SKIN, DT_FS = 0.167, 2.315, 5.5, 0.5, 2.0
 THRESHOLD = DomainConfig(cutoff=CUTOFF).balance_threshold
 RANKS = (4, 8, 16)
 
 
-def _model() -> LennardJonesModel:
+def _model(name: str = "lj") -> LennardJonesModel | SimpleMPNN:
+    if name == "mpnn":  # the tests' tiny 3-layer MPNN (random weights)
+        return SimpleMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
     return LennardJonesModel(epsilon=EPSILON, sigma=SIGMA, cutoff=CUTOFF, shift=True)
 
 
@@ -69,9 +71,9 @@ def _thermal(atoms: Atoms, kelvin: float, seed: int) -> Atoms:
     return atoms
 
 
-def slab() -> Atoms:
-    """Cu(111), 12 x 12 x 8 layers, 30 Å of vacuum above it, periodic."""
-    atoms = fcc111("Cu", size=(12, 12, 8), vacuum=15.0, periodic=True)
+def slab(side: int = 12) -> Atoms:
+    """Cu(111), side x side x 8 layers, 30 Å of vacuum above it, periodic."""
+    atoms = fcc111("Cu", size=(side, side, 8), vacuum=15.0, periodic=True)
     atoms.positions[:, 2] -= atoms.positions[:, 2].min() - 1.0
     return _thermal(atoms, 300, 1)
 
@@ -160,7 +162,8 @@ class Replay:
     def now(self, positions: torch.Tensor) -> tuple[float, float]:
         """max / mean owned atoms: regular grid, balanced."""
         return tuple(
-            imbalance(owned_counts(p, positions, lambda t: t)) for p in (self.regular, self.balanced)
+            imbalance(owned_counts(p, positions, lambda t: t))
+            for p in (self.regular, self.balanced)
         )
 
 
@@ -194,17 +197,18 @@ def count_system(name: str, steps: int) -> dict:
     return {"atoms": len(atoms), "md_seconds": time.perf_counter() - start, "ranks": rows}
 
 
-def _timed(comm, steps: int, rounds: int) -> dict[str, float]:
+def _timed(comm, args: argparse.Namespace) -> dict[str, float]:
     """Per-step seconds of the slab with balance "off" and "auto", alternating blocks."""
-    runs = {}
+    runs, steps = {}, args.timing_steps
     for mode in ("off", "auto"):
         config = DomainConfig(cutoff=CUTOFF, skin=SKIN, mesh=comm, balance=mode)
-        dd = DomainParallel(NVE(_model(), DT_FS, skin=SKIN), config, steps)
-        dd.partition(Batch.from_atoms(slab()) if comm.rank == 0 else None)
+        dynamics = NVE(_model(args.timing_model), args.timing_dt, skin=SKIN)
+        dd = DomainParallel(dynamics, config, steps)
+        dd.partition(Batch.from_atoms(slab(args.timing_side)) if comm.rank == 0 else None)
         dd.run(n_steps=2)  # warm-up: first forces, native kernels
         runs[mode] = dd
     times: dict[str, list[float]] = {mode: [] for mode in runs}
-    for _ in range(rounds):
+    for _ in range(args.rounds):
         for mode, dd in runs.items():
             comm.barrier()
             start = time.perf_counter()
@@ -223,7 +227,7 @@ def _spawned(rank: int, size: int, port: int, args: argparse.Namespace, out: str
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
     manager = DistributedManager.initialize(device="cpu")
-    result = _timed(manager.mesh, args.timing_steps, args.rounds)
+    result = _timed(manager.mesh, args)
     torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     DistributedManager.cleanup()
 
@@ -243,6 +247,8 @@ def timing(args: argparse.Namespace) -> dict:
     off, auto = reports[0]["off"], reports[0]["auto"]
     return {
         "ranks": args.timing_ranks,
+        "model": args.timing_model,
+        "atoms": len(slab(args.timing_side)),
         "seconds_per_step": {"off": off, "auto": auto},
         "speedup": off / auto,
         "owned": owned,
@@ -259,6 +265,9 @@ def main() -> None:
     parser.add_argument("--timing-ranks", type=int, default=4)
     parser.add_argument("--timing-steps", type=int, default=10, help="0: no timing")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--timing-model", default="lj", choices=["lj", "mpnn"])
+    parser.add_argument("--timing-side", type=int, default=12, help="slab atoms per layer edge")
+    parser.add_argument("--timing-dt", type=float, default=DT_FS, help="fs")
     parser.add_argument("--port", type=int, default=29611)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
@@ -282,7 +291,8 @@ def main() -> None:
         results["timing"] = report
         per_step = report["seconds_per_step"]
         print(
-            f"slab on {report['ranks']} gloo ranks: off {per_step['off'] * 1e3:.1f} ms/step, "
+            f"slab ({report['atoms']} atoms, {report['model']}) on {report['ranks']} gloo "
+            f"ranks: off {per_step['off'] * 1e3:.1f} ms/step, "
             f"auto {per_step['auto'] * 1e3:.1f} ms/step, speed-up {report['speedup']:.2f}x; "
             f"owned off {report['owned']['off']}, auto {report['owned']['auto']}; "
             f"load average {report['load_average_before'][0]:.1f} -> "

@@ -119,6 +119,7 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
         model_case("lj_cluster", "lj.pkl", cluster, n_ranks),
         model_case("mpnn_cluster", "mpnn.pkl", cluster, n_ranks),
         model_case("mpnn_cluster_virial", "mpnn.pkl", cluster, n_ranks, atom_virials=True),
+        *balance_cases(slab, n_ranks),
     ]
     fallback.append(
         model_case(
@@ -131,7 +132,30 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
             atom_virials=True,
         )
     )
+    fallback.append(
+        model_case(
+            "fallback_mpnn_slab_shift",
+            "mpnn.pkl",
+            slab,
+            n_ranks,
+            ghostneigh=1,
+            comm_cutoff=FALLBACK_COMM_CUTOFF,
+            md_steps=MD_STEPS["mpnn"],
+            balance="shift",
+        )
+    )
     return fallback, handle
+
+
+def balance_cases(slab: LammpsSystem, n_ranks: int) -> list[Case]:
+    """The slab (cut along z: empty ranks at 4) with LAMMPS's `balance` and `fix balance`
+    (shift, rcb) and, as the reference trajectory, without."""
+    steps = MD_STEPS["mpnn"]
+    return [
+        model_case("mpnn_slab_plain", "mpnn.pkl", slab, n_ranks, md_steps=steps),
+        model_case("mpnn_slab_shift", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="shift"),
+        model_case("mpnn_slab_rcb", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="rcb"),
+    ]
 
 
 def driver_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:

@@ -76,6 +76,9 @@ class Case:
         lj: (epsilon, sigma, cutoff) for the native style.
         newton_pair: LAMMPS's newton pair flag.
         atom_virials: also dump `compute stress/atom NULL virial` (<name>.virial).
+        balance: LAMMPS's own load balancing: "shift" (`balance` + `fix balance` shift
+            along z, brick communication) or "rcb" (the same with recursive coordinate
+            bisection, tiled communication); "" for none.
     """
 
     name: str
@@ -90,6 +93,7 @@ class Case:
     lj: tuple[float, float, float] | None = None
     newton_pair: bool = True
     atom_virials: bool = False
+    balance: str = ""
 
     def block(self) -> str:
         """The input-script lines of this case (they start with `clear`)."""
@@ -101,6 +105,7 @@ class Case:
             "atom_modify map array sort 10 1.0",
             f"boundary {self.boundary}",
             f"processors {self.processors}",
+            *(["comm_style tiled"] if self.balance == "rcb" else []),
             f"read_data {self.data}",
             "neighbor 1.0 bin",
             "neigh_modify every 5 delay 0 check no",  # rebuild (and sort) during MD
@@ -119,10 +124,14 @@ class Case:
                 f"pair_style mliap unified {self.model} {self.ghostneigh}",
                 f"pair_coeff * * {' '.join(self.elements)}",
             ]
+        style = {"": "", "shift": "shift z 20 1.0", "rcb": "rcb"}[self.balance]
+        if style:
+            lines.append(f"balance 1.0 {style}")
         lines += ["compute pe all pe/atom", *_snapshot(self.name, self.atom_virials)]
         if self.md_steps:
             lines += [
                 "velocity all create 300 4928459 loop geom",
+                *([f"fix lb all balance 10 1.0 {style}"] if style else []),
                 "fix md all nve",
                 "timestep 0.002",
                 f"run {self.md_steps}",

@@ -14,7 +14,14 @@ import functools
 from dataclasses import replace
 
 import pytest
+import torch
 
+from nvdd_plugins.decomposition import (
+    DecompositionFrame,
+    SpatialPartitioner,
+    imbalance,
+    owned_counts,
+)
 from tests.torture.cases import CELL_KINDS, FAMILIES, Case, draw_case
 from tests.torture.paths import run_case
 from tests.torture.zoo import OPS, ModelSpec
@@ -35,6 +42,16 @@ GRAPH_SEEDS = (5050, 5022, 5006, 5045, 5017, 5004, 5005, 5047, 5026)
 """Graph partition on the simulated mesh (ReplicatedModel, ASE calculator, trajectory):
 RadiusGraphMPNN at 2, 4 and 7 ranks (one with a single atom), MACE at 8, MPNNs with sum,
 unique and custom-op aggregations, LJ in a tiny cell and the shift-vector pair model."""
+
+
+BALANCED_SEEDS = (6190, 6217, 6181, 6163, 6201, 6150, 6169, 6153, 6154, 6071)
+"""Inhomogeneous systems whose regular grid is unbalanced (max / mean owned atoms > 1.15),
+so the default `balance="auto"` moves the cuts: a cluster at 2 ranks, then 3 to 8 ranks
+(primes included): cluster, wire, void, two phases, a slab with a forced 1x1x7 grid, and
+the ASE calculator on corner clusters."""
+BALANCED_TRAJECTORY_SEEDS = (6139, 6081, 6118, 6055, 6078, 6103)
+"""DomainParallel trajectories of such systems at 2 to 8 ranks (re-balancing at rebuilds)."""
+BALANCE_PRECONDITION = 1.15
 
 
 @functools.cache
@@ -124,3 +141,33 @@ SevenNet cases' seeds and paths."""
 def test_aimnet2_case(seed: int) -> None:
     case = replace(_case(seed, AIMNET2_PATHS), model=ModelSpec("aimnet2", 4.5, seed=seed))
     _check(replace(case, n_atoms=len(case.atoms())))
+
+
+def _regular_imbalance(case: Case) -> float:
+    """max / mean owned atoms of the case's system on the regular grid."""
+    atoms = case.atoms()
+    positions = torch.tensor(atoms.positions)
+    cell, pbc = torch.tensor(atoms.cell.array), torch.tensor(atoms.pbc)
+    frame = DecompositionFrame.from_system(positions, cell, pbc)
+    regular = SpatialPartitioner(frame, case.world_size, case.grid)
+    return imbalance(owned_counts(regular, positions, lambda t: t))
+
+
+@pytest.mark.parametrize(
+    "seed", BALANCED_SEEDS, ids=[_label(seed, SIMULATED_PATHS) for seed in BALANCED_SEEDS]
+)
+def test_balanced_case(seed: int) -> None:
+    case = _case(seed, SIMULATED_PATHS)
+    assert _regular_imbalance(case) > BALANCE_PRECONDITION, "not a case that needs balancing"
+    _check(case)
+
+
+@pytest.mark.parametrize(
+    "seed",
+    BALANCED_TRAJECTORY_SEEDS,
+    ids=[_label(seed, ("trajectory",)) for seed in BALANCED_TRAJECTORY_SEEDS],
+)
+def test_balanced_trajectory_case(seed: int) -> None:
+    case = _case(seed, ("trajectory",))
+    assert _regular_imbalance(case) > BALANCE_PRECONDITION, "not a case that needs balancing"
+    _check(case)
