@@ -126,3 +126,10 @@ def test_skewed_cell_with_a_zero_vector_on_an_open_axis_is_exact() -> None:
         results = run_simulated(world_size, lambda comm: replicated(comm, model, atoms, properties))
         for result in results:
             assert_close(errors(result, ref, len(atoms)), f"hexagonal cell, {world_size} ranks")
+
+
+def test_unknown_balance_mode_and_threshold() -> None:
+    with pytest.raises(ValueError, match='balance must be "auto" or "off"'):
+        DomainConfig(cutoff=5.0, balance="shift")
+    with pytest.raises(ValueError, match=r"balance_threshold .* must be >= 1"):
+        DomainConfig(cutoff=5.0, balance_threshold=0.9)
