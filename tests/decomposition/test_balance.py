@@ -30,7 +30,10 @@ def test_regular_cuts_locate_like_the_regular_grid() -> None:
     expected = (cells[:, 0] * grid[1] + cells[:, 1]) * grid[2] + cells[:, 2]
     assert torch.equal(StaggeredCuts.regular(grid).locate(home), expected)
     beyond = torch.tensor([[-0.5, 0.5, 1.5], [2.0, -1.0, 0.2]], dtype=torch.float64)
-    assert StaggeredCuts.regular(grid).locate(beyond).tolist() == [(0 * 2 + 1) * 5 + 4, (2 * 2 + 0) * 5 + 1]
+    assert StaggeredCuts.regular(grid).locate(beyond).tolist() == [
+        (0 * 2 + 1) * 5 + 4,
+        (2 * 2 + 0) * 5 + 1,
+    ]
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5, 7, 8, 16])
