@@ -77,8 +77,9 @@ def test_chunks_on_every_rank_equal_one_process(kind: str, system: str, world_si
 
 @pytest.mark.parametrize("kind", MODELS)
 def test_empty_ranks_join_the_exchange(kind: str) -> None:
-    """A slab split along its open axis into four: most ranks own nothing. LJ computes its
-    own per-atom forces, which the ranks without atoms must also list (a hang once)."""
+    """A slab split along its open axis into four, not balanced: most ranks own nothing. LJ
+    computes its own per-atom forces, which the ranks without atoms must also list (a hang
+    once)."""
     model, atoms, chunk_atoms = MODELS[kind][0](), _copper(SYSTEMS["slab"], (6, 5, 2)), 150
     atoms.cell[2] = [0.0, 0.0, 40.0]
     properties = properties_for(atoms)
@@ -86,7 +87,13 @@ def test_empty_ranks_join_the_exchange(kind: str) -> None:
     results = run_simulated(
         4,
         lambda comm: replicated(
-            comm, model, atoms, properties, grid=(1, 1, 4), chunk_atoms=chunk_atoms
+            comm,
+            model,
+            atoms,
+            properties,
+            grid=(1, 1, 4),
+            chunk_atoms=chunk_atoms,
+            balance="off",
         ),
         timeout=120,
     )

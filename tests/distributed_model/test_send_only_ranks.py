@@ -17,18 +17,22 @@ from tests.helpers.systems import SPARSE_SYSTEMS, lj_model, mpnn_model, single_a
 MODELS = {"lj": lj_model, "mpnn": mpnn_model}
 
 
+@pytest.mark.parametrize("balance", ["off", "auto"])  # off: the corner's rank sends only
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 @pytest.mark.parametrize("system", sorted(SPARSE_SYSTEMS))
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_replicated_evaluation(model_name: str, system: str, world_size: int) -> None:
+def test_replicated_evaluation(model_name: str, system: str, world_size: int, balance: str) -> None:
     model, atoms = MODELS[model_name](), SPARSE_SYSTEMS[system]()
     properties = properties_for(atoms)
     ref = reference(model, atoms, properties)
     results = run_simulated(
-        world_size, lambda comm: replicated(comm, model, atoms, properties), timeout=30
+        world_size,
+        lambda comm: replicated(comm, model, atoms, properties, balance=balance),
+        timeout=30,
     )
     for result in results:
-        assert_close(errors(result, ref, len(atoms)), f"{model_name}/{system}/{world_size}")
+        label = f"{model_name}/{system}/{world_size}/{balance}"
+        assert_close(errors(result, ref, len(atoms)), label)
 
 
 def _drifting_dimer() -> Batch:
