@@ -68,16 +68,55 @@ def _quantile_cuts(histograms: torch.Tensor, parts: int) -> torch.Tensor:
     return cuts
 
 
-def _extent(histogram: torch.Tensor, periodic: bool) -> float:
-    """Fraction of an axis the atoms occupy: from the first to the last occupied bin, or
-    on a periodic axis the axis less its largest empty run (which may wrap)."""
+def _extent(histogram: torch.Tensor, periodic: bool) -> tuple[float, float]:
+    """(fraction of an axis the atoms occupy, largest empty fraction inside or across the
+    periodic face): from the first to the last occupied bin, or on a periodic axis the axis
+    less its largest empty run (which may wrap)."""
     occupied = torch.nonzero(histogram > 0).flatten()
     if occupied.numel() == 0:
-        return 1.0
+        return 1.0, 0.0
     if not periodic:
-        return float(occupied[-1] - occupied[0] + 1) / BINS
+        return float(occupied[-1] - occupied[0] + 1) / BINS, 1.0
     gaps = torch.cat([occupied.diff(), (occupied[:1] + BINS - occupied[-1:])]) - 1
-    return 1.0 - float(gaps.max()) / BINS
+    return 1.0 - float(gaps.max()) / BINS, float(gaps.max()) / BINS
+
+
+def _busiest_rows(parts: int, extent: float, width: float, gap: float, halo: float) -> float:
+    """Length (Å) of the busiest sub-domain plus its ghost shell along one axis cut into
+    `parts` slices of `extent` Å: an unsplit axis needs ghosts only as periodic self-images
+    of a narrow box; a split axis whose atoms wrap across the periodic face has neighbours on
+    both sides of every slice, one whose atoms end at a gap (open, or vacuum wider than the
+    shell) only one side of its two outer slices."""
+    wraps = gap * width < halo
+    if parts == 1:
+        return extent + (2 * halo if wraps and width <= 2 * halo else 0.0)
+    sides = 2 if wraps or parts > 2 else 1
+    return extent / parts + sides * halo
+
+
+def _grid_for(
+    world_size: int, extents: Sequence[tuple[float, float]], widths: Sequence[float], halo: float
+) -> tuple[int, int, int]:
+    """The grid whose busiest sub-domain holds the fewest owned + ghost rows (for a uniform
+    density in the occupied region; `extents` as `_extent` gives them); ties: the
+    minimal-surface grid."""
+    best: tuple[float, tuple[int, int, int]] | None = None
+    surface_grid = choose_rank_grid(
+        world_size, [e * w for (e, _), w in zip(extents, widths, strict=True)]
+    )
+    for px in range(1, world_size + 1):
+        for py in range(1, world_size // px + 1):
+            if world_size % (px * py):
+                continue
+            grid = (px, py, world_size // (px * py))
+            rows = 1.0
+            for parts, (extent, gap), width in zip(grid, extents, widths, strict=True):
+                rows *= _busiest_rows(parts, extent * width, width, gap, halo)
+            key = (round(rows, 6), grid != surface_grid)
+            if best is None or key < (round(best[0], 6), best[1] != surface_grid):
+                best = (rows, grid)
+    assert best is not None
+    return best[1]
 
 
 def balanced_cuts(
@@ -88,13 +127,15 @@ def balanced_cuts(
     pbc: Sequence[bool],
     reduce: Reduce,
     grid: tuple[int, int, int] | None = None,
+    halo_width: float = 0.0,
 ) -> StaggeredCuts:
     """Staggered cuts giving `world_size` sub-domains equal shares of `weights` (CPU).
 
     `home`: (N, 3) fractional coordinates of this rank's atoms (wrapped on periodic axes);
     `weights`: (N,) their cost; `widths`: the frame's perpendicular widths (Å). Without a
-    `grid`, the minimal-surface grid of the region the atoms occupy (so a slab in vacuum is
-    not cut across its thin axis). Collective through `reduce`.
+    `grid`, the grid whose busiest sub-domain has the fewest owned + ghost rows (ghost shell
+    `halo_width` Å) for the region the atoms occupy, so a slab in vacuum is not cut across
+    its thin axis. Collective through `reduce`.
     """
     home = home.detach().cpu().to(torch.float64)
     weights = weights.detach().cpu().to(torch.float64)
@@ -104,10 +145,8 @@ def balanced_cuts(
         marginals = [x_histogram[0]] + [
             _histograms(none, home[:, a], weights, 1, reduce)[0] for a in (1, 2)
         ]
-        extents = [
-            _extent(h, bool(p)) * float(w) for h, p, w in zip(marginals, pbc, widths, strict=True)
-        ]
-        grid = choose_rank_grid(world_size, extents)
+        extents = [_extent(h, bool(p)) for h, p in zip(marginals, pbc, strict=True)]
+        grid = _grid_for(world_size, extents, [float(w) for w in widths], halo_width)
     px, py, pz = grid
     x = _quantile_cuts(x_histogram, px)[0]
     i = torch.searchsorted(x[1:-1].contiguous(), home[:, 0].contiguous(), right=True)
@@ -147,7 +186,7 @@ def rebalanced(
     home, _ = partitioner.home_fractional(positions.detach())
     weights = torch.ones(home.shape[0], dtype=torch.float64)
     widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
-    cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid)
+    cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid, partitioner.halo_width)
     candidate = SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts)
     after = imbalance(owned_counts(candidate, positions, reduce))
     logger.info("owned atoms max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)

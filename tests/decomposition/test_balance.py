@@ -67,6 +67,20 @@ def test_a_slab_in_vacuum_is_cut_only_across_its_plane() -> None:
     assert cuts.grid == (2, 2, 1)
 
 
+def test_the_grid_keeps_ghost_rows_of_the_busiest_rank_small() -> None:
+    """A thin slab (15 Å of 50, 30 x 26 Å periodic in-plane) with a 6 Å ghost shell: strips
+    along x need ghosts on two faces and none along y (unsplit, wrapped), fewer rows than
+    quarters (four faces) or a cut through the slab."""
+    generator = torch.Generator().manual_seed(3)
+    home = torch.rand(2000, 3, dtype=torch.float64, generator=generator)
+    home[:, 2] = 0.3 * home[:, 2]
+    weights = torch.ones(home.shape[0], dtype=torch.float64)
+    widths, pbc = [30.0, 26.0, 50.0], [True, True, True]
+    cuts = balanced_cuts(home, weights, 4, widths, pbc, _identity, halo_width=6.0)
+    assert cuts.grid == (4, 1, 1)
+    assert balanced_cuts(home, weights, 4, widths, pbc, _identity).grid == (2, 2, 1)
+
+
 def test_cuts_do_not_depend_on_how_atoms_are_spread_over_ranks() -> None:
     home = _blob(900, 3)
     weights = torch.ones(home.shape[0], dtype=torch.float64)
