@@ -47,6 +47,7 @@ from nvdd_plugins.decomposition import (
     DecompositionFrame,
     SpatialPartitioner,
     imbalance,
+    in_one_process,
     owned_counts,
     rebalanced,
 )
@@ -153,7 +154,7 @@ class Replay:
 
     def rebuild(self, positions: torch.Tensor) -> None:
         """The "auto" decision at a neighbour-list rebuild (one process: no reduction)."""
-        cuts = rebalanced(self.balanced, positions, THRESHOLD, lambda t: t)
+        cuts = rebalanced(self.balanced, positions, THRESHOLD, in_one_process)
         if cuts is not None:
             frame, size = self.balanced.frame, self.balanced.world_size
             self.balanced = SpatialPartitioner(frame, size, None, CUTOFF + SKIN, cuts)
@@ -162,7 +163,7 @@ class Replay:
     def now(self, positions: torch.Tensor) -> tuple[float, float]:
         """max / mean owned atoms: regular grid, balanced."""
         return tuple(
-            imbalance(owned_counts(p, positions, lambda t: t))
+            imbalance(owned_counts(p, positions, in_one_process))
             for p in (self.regular, self.balanced)
         )
 

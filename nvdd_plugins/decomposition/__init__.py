@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from nvdd_plugins.decomposition.balance import balanced_cuts, imbalance, owned_counts, rebalanced
+from nvdd_plugins.decomposition.balance import (
+    balanced_cuts,
+    imbalance,
+    in_one_process,
+    owned_counts,
+    rebalanced,
+)
 from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.frame import DecompositionFrame
 from nvdd_plugins.decomposition.grid import choose_rank_grid
@@ -22,6 +28,7 @@ __all__ = [
     "balanced_cuts",
     "choose_rank_grid",
     "imbalance",
+    "in_one_process",
     "index_owners",
     "morton_order",
     "owned_counts",

@@ -3,10 +3,11 @@
 Per axis, in order, the cuts are weighted quantiles of the atoms' fractional coordinates:
 the first axis's cuts from the histogram of all atoms, the second axis's from the
 histogram of each slab of the first, the third's from each column. Histograms have
-`BINS` bins per axis and are summed over the ranks by the caller's `reduce` (an
-all-reduce, or the identity where one process holds every atom), so every rank computes
-the same cuts. A cut lies on a bin edge, in the middle of the run of edges that is
-nearest to the target weight, so a cut in a gap between atoms sits mid-gap.
+`BINS` bins per axis, over [0, 1) on a periodic axis and over the frame and every atom
+beyond it on an open one, and are reduced over the ranks by the caller's `reduce` (an
+all-reduce, or `in_one_process` where one process holds every atom), so every rank
+computes the same cuts. A cut lies on a bin edge, in the middle of the run of edges that
+is nearest to the target weight, so a cut in a gap between atoms sits mid-gap.
 """
 
 from __future__ import annotations
@@ -20,14 +21,28 @@ from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.grid import choose_rank_grid
 from nvdd_plugins.decomposition.partitioner import SpatialPartitioner
 
-__all__ = ["BINS", "Reduce", "balanced_cuts", "imbalance", "owned_counts", "rebalanced"]
+__all__ = [
+    "BINS",
+    "Reduce",
+    "balanced_cuts",
+    "imbalance",
+    "in_one_process",
+    "owned_counts",
+    "rebalanced",
+]
 
 logger = logging.getLogger(__name__)
 
 BINS = 16384  # per axis: cuts to 1/16384 of the box (0.004 Å in a 60 Å box)
 
-Reduce = Callable[[torch.Tensor], torch.Tensor]
-"""Sums a tensor over the ranks (identity when one process holds all atoms)."""
+Reduce = Callable[[torch.Tensor, str], torch.Tensor]
+"""Reduces a tensor over the ranks with "sum", "min" or "max" (a communicator's
+`all_reduce`; `in_one_process` when one process holds all atoms)."""
+
+
+def in_one_process(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """The `Reduce` of a single process holding every atom: the tensor itself."""
+    return tensor
 
 
 def imbalance(counts: torch.Tensor) -> float:
@@ -47,7 +62,7 @@ def _histograms(
     """(n, BINS) weight histograms of `coord`, one per group, summed over the ranks."""
     flat = groups * BINS + _bins(coord)
     local = torch.bincount(flat, weights=weights, minlength=n * BINS).to(torch.float64)
-    return reduce(local).reshape(n, BINS)
+    return reduce(local, "sum").reshape(n, BINS)
 
 
 def _quantile_cuts(histograms: torch.Tensor, parts: int) -> torch.Tensor:
@@ -119,6 +134,21 @@ def _grid_for(
     return best[1]
 
 
+def _ranges(
+    home: torch.Tensor, pbc: Sequence[bool], reduce: Reduce
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per axis, the interval the histograms cover: [0, 1] on a periodic axis, on an open
+    one also every atom beyond the frame (atoms may leave it after the frame was fixed)."""
+    inf = torch.full((3,), torch.inf, dtype=torch.float64)
+    low = home.min(dim=0).values if home.shape[0] else inf
+    high = home.max(dim=0).values if home.shape[0] else -inf
+    extremes = reduce(torch.cat([-low, high]), "max")
+    periodic = torch.tensor([bool(p) for p in pbc])
+    lo = torch.where(periodic, 0.0, torch.clamp(-extremes[:3], max=0.0))
+    hi = torch.where(periodic, 1.0, torch.clamp(extremes[3:], min=1.0))
+    return lo, hi
+
+
 def balanced_cuts(
     home: torch.Tensor,
     weights: torch.Tensor,
@@ -139,21 +169,29 @@ def balanced_cuts(
     """
     home = home.detach().cpu().to(torch.float64)
     weights = weights.detach().cpu().to(torch.float64)
+    lo, hi = _ranges(home, pbc, reduce)
+    scaled = (home - lo) / (hi - lo)  # histogram coordinates: [0, 1] on every axis
     none = torch.zeros(home.shape[0], dtype=torch.long)
-    x_histogram = _histograms(none, home[:, 0], weights, 1, reduce)
+    x_histogram = _histograms(none, scaled[:, 0], weights, 1, reduce)
     if grid is None:
         marginals = [x_histogram[0]] + [
-            _histograms(none, home[:, a], weights, 1, reduce)[0] for a in (1, 2)
+            _histograms(none, scaled[:, a], weights, 1, reduce)[0] for a in (1, 2)
         ]
         extents = [_extent(h, bool(p)) for h, p in zip(marginals, pbc, strict=True)]
-        grid = _grid_for(world_size, extents, [float(w) for w in widths], halo_width)
+        spans = [float(w) * float(h - low) for w, low, h in zip(widths, lo, hi, strict=True)]
+        grid = _grid_for(world_size, extents, spans, halo_width)
     px, py, pz = grid
-    x = _quantile_cuts(x_histogram, px)[0]
+
+    def unscaled(cuts: torch.Tensor, axis: int) -> torch.Tensor:
+        return lo[axis] + cuts * (hi[axis] - lo[axis])
+
+    x = unscaled(_quantile_cuts(x_histogram, px)[0], 0)
     i = torch.searchsorted(x[1:-1].contiguous(), home[:, 0].contiguous(), right=True)
-    y = _quantile_cuts(_histograms(i, home[:, 1], weights, px, reduce), py)
+    y = unscaled(_quantile_cuts(_histograms(i, scaled[:, 1], weights, px, reduce), py), 1)
     j = torch.searchsorted(y[i][:, 1:-1].contiguous(), home[:, 1:2].contiguous(), right=True)
     column = i * py + j.squeeze(-1)
-    z = _quantile_cuts(_histograms(column, home[:, 2], weights, px * py, reduce), pz)
+    z_histograms = _histograms(column, scaled[:, 2], weights, px * py, reduce)
+    z = unscaled(_quantile_cuts(z_histograms, pz), 2)
     cuts = StaggeredCuts(x, y, z.reshape(px, py, pz + 1))
     cuts.check()
     return cuts
@@ -166,7 +204,7 @@ def owned_counts(
     `reduce`."""
     owners = partitioner.rank_of(positions.detach()).cpu()
     counts = torch.bincount(owners, minlength=partitioner.world_size).to(torch.float64)
-    return reduce(counts)
+    return reduce(counts, "sum")
 
 
 def rebalanced(

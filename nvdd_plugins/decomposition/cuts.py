@@ -2,9 +2,11 @@
 
 The first axis is cut into px slabs at `x`; each slab i is cut along the second axis at its
 own positions `y[i]`; each column (i, j) along the third axis at `z[i, j]`. All positions are
-fractional coordinates of the decomposition frame, from 0 to 1. A regular grid is the case
-of evenly spaced cuts; balancing moves them (`decomposition.balance`). Rank r has grid
-coordinates (i, j, k) in row-major order, k fastest, as before.
+fractional coordinates of the decomposition frame, from 0 to 1; on an open axis the outer
+ones may lie beyond (atoms that left the frame), where they only bound the histograms. A
+regular grid is the case of evenly spaced cuts; balancing moves them
+(`decomposition.balance`). Rank r has grid coordinates (i, j, k) in row-major order, k
+fastest, as before.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class StaggeredCuts:
     """Cut positions (float64, CPU or any device) of a staggered grid.
 
     Attributes:
-        x: (px + 1,) cuts of the first axis, from 0 to 1.
+        x: (px + 1,) cuts of the first axis, from 0 to 1 (see the module docstring).
         y: (px, py + 1) cuts of the second axis in each slab.
         z: (px, py, pz + 1) cuts of the third axis in each column.
     """
@@ -49,7 +51,7 @@ class StaggeredCuts:
 
     def check(self) -> None:
         """Raise ValueError unless the cuts are consistent: shapes of one grid, each row
-        non-decreasing from exactly 0 to exactly 1."""
+        non-decreasing from at most 0 to at least 1."""
         px, py, pz = self.grid
         if self.y.shape != (px, py + 1) or self.z.shape != (px, py, pz + 1) or min(px, py, pz) < 1:
             raise ValueError(
@@ -57,9 +59,9 @@ class StaggeredCuts:
                 f"{tuple(self.y.shape)}, {tuple(self.z.shape)}"
             )
         for name, cuts in (("x", self.x), ("y", self.y), ("z", self.z)):
-            ends = bool((cuts[..., 0] == 0).all() and (cuts[..., -1] == 1).all())
+            ends = bool((cuts[..., 0] <= 0).all() and (cuts[..., -1] >= 1).all())
             if not ends or bool((cuts.diff(dim=-1) < 0).any()):
-                raise ValueError(f"{name} cuts must rise from 0 to 1, got {cuts.tolist()}")
+                raise ValueError(f"{name} cuts must rise from <= 0 to >= 1, got {cuts.tolist()}")
 
     def to(self, device: torch.device | str) -> StaggeredCuts:
         """The same cuts on `device`."""

@@ -16,7 +16,7 @@ from nvdd_plugins.decomposition import (
     SpatialPartitioner,
     StaggeredCuts,
 )
-from nvdd_plugins.decomposition.balance import Reduce, rebalanced
+from nvdd_plugins.decomposition.balance import Reduce, in_one_process, rebalanced
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import build_halo_view
 from nvdd_plugins.geometry import VerletState
@@ -77,7 +77,7 @@ class HaloDomain:
         cuts = None
         if self.comm.rank == 0 and positions is not None:
             partitioner = self._partitioner()
-            cuts = self._balanced(positions.detach().to(partitioner.frame.box), lambda t: t)
+            cuts = self._balanced(positions.detach().to(partitioner.frame.box), in_one_process)
         self._adopt(self.comm.broadcast_object(cuts, src=0))
 
     def rebalance(self, positions: torch.Tensor, cell: torch.Tensor, replicated: bool) -> None:
@@ -87,12 +87,9 @@ class HaloDomain:
         a balanced run pays one all-reduce of one number per rank."""
         self._follow_cell(cell.detach(), positions.device)
         if replicated:
-            self._adopt(self._balanced(positions.detach(), lambda t: t))
+            self._adopt(self._balanced(positions.detach(), in_one_process))
         else:
-            self._adopt(self._balanced(positions.detach(), self._sum_over_ranks))
-
-    def _sum_over_ranks(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(tensor, "sum")
+            self._adopt(self._balanced(positions.detach(), self.comm.all_reduce))
 
     def _balanced(self, positions: torch.Tensor, reduce: Reduce) -> StaggeredCuts | None:
         """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when

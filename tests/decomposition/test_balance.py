@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.decomposition import StaggeredCuts, balanced_cuts, imbalance
+from nvdd_plugins.decomposition import StaggeredCuts, balanced_cuts, imbalance, in_one_process
 from nvdd_plugins.decomposition.balance import BINS
 
 
@@ -17,10 +17,6 @@ def _blob(n: int, seed: int) -> torch.Tensor:
     vapour = torch.rand(n // 20, 3, generator=generator, dtype=torch.float64)
     points = torch.cat([dense, vapour])
     return points - torch.floor(points)
-
-
-def _identity(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def test_regular_cuts_locate_like_the_regular_grid() -> None:
@@ -42,7 +38,7 @@ def test_balanced_cuts_give_equal_shares(world_size: int) -> None:
     weights = torch.ones(home.shape[0], dtype=torch.float64)
     regular = StaggeredCuts.regular((world_size, 1, 1)).locate(home)
     assert imbalance(torch.bincount(regular, minlength=world_size)) > 1.5
-    cuts = balanced_cuts(home, weights, world_size, [30.0] * 3, [True] * 3, _identity)
+    cuts = balanced_cuts(home, weights, world_size, [30.0] * 3, [True] * 3, in_one_process)
     counts = torch.bincount(cuts.locate(home), minlength=world_size)
     assert int(counts.sum()) == home.shape[0]
     assert imbalance(counts) <= 1.05, counts.tolist()
@@ -51,7 +47,7 @@ def test_balanced_cuts_give_equal_shares(world_size: int) -> None:
 def test_weights_are_balanced_not_counts() -> None:
     home = torch.rand(1000, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     weights = torch.where(home[:, 0] < 0.5, 3.0, 1.0).to(torch.float64)
-    cuts = balanced_cuts(home, weights, 2, [30.0] * 3, [True] * 3, _identity, grid=(2, 1, 1))
+    cuts = balanced_cuts(home, weights, 2, [30.0] * 3, [True] * 3, in_one_process, grid=(2, 1, 1))
     owner = cuts.locate(home)
     shares = torch.stack([weights[owner == r].sum() for r in range(2)])
     assert imbalance(shares) < 1.02
@@ -63,7 +59,7 @@ def test_a_slab_in_vacuum_is_cut_only_across_its_plane() -> None:
     home = torch.rand(1600, 3, dtype=torch.float64, generator=generator)
     home[:, 2] = 0.1 + 0.3 * home[:, 2]  # 30 % of z occupied
     weights = torch.ones(home.shape[0], dtype=torch.float64)
-    cuts = balanced_cuts(home, weights, 4, [20.0, 20.0, 50.0], [True, True, False], _identity)
+    cuts = balanced_cuts(home, weights, 4, [20.0, 20.0, 50.0], [True, True, False], in_one_process)
     assert cuts.grid == (2, 2, 1)
 
 
@@ -76,25 +72,20 @@ def test_the_grid_keeps_ghost_rows_of_the_busiest_rank_small() -> None:
     home[:, 2] = 0.3 * home[:, 2]
     weights = torch.ones(home.shape[0], dtype=torch.float64)
     widths, pbc = [30.0, 26.0, 50.0], [True, True, True]
-    cuts = balanced_cuts(home, weights, 4, widths, pbc, _identity, halo_width=6.0)
+    cuts = balanced_cuts(home, weights, 4, widths, pbc, in_one_process, halo_width=6.0)
     assert cuts.grid == (4, 1, 1)
-    assert balanced_cuts(home, weights, 4, widths, pbc, _identity).grid == (2, 2, 1)
+    assert balanced_cuts(home, weights, 4, widths, pbc, in_one_process).grid == (2, 2, 1)
 
 
 def test_cuts_do_not_depend_on_how_atoms_are_spread_over_ranks() -> None:
     home = _blob(900, 3)
     weights = torch.ones(home.shape[0], dtype=torch.float64)
-    whole = balanced_cuts(home, weights, 6, [20.0, 25.0, 30.0], [True, False, True], _identity)
+    whole = balanced_cuts(home, weights, 6, [20.0, 25.0, 30.0], [True, False, True], in_one_process)
 
     def per_rank(comm) -> StaggeredCuts:
         mine = slice(comm.rank, None, comm.size)
-
-        def reduce(tensor: torch.Tensor) -> torch.Tensor:
-            return comm.all_reduce(tensor, "sum")
-
-        return balanced_cuts(
-            home[mine], weights[mine], 6, [20.0, 25.0, 30.0], [True, False, True], reduce
-        )
+        widths, pbc = [20.0, 25.0, 30.0], [True, False, True]
+        return balanced_cuts(home[mine], weights[mine], 6, widths, pbc, comm.all_reduce)
 
     for cuts in run_simulated(3, per_rank):
         assert torch.equal(cuts.x, whole.x) and torch.equal(cuts.y, whole.y)
@@ -105,15 +96,29 @@ def test_a_cut_in_a_gap_sits_mid_gap() -> None:
     home = torch.full((10, 3), 0.5, dtype=torch.float64)
     home[:5, 0], home[5:, 0] = 0.2, 0.6
     weights = torch.ones(10, dtype=torch.float64)
-    cuts = balanced_cuts(home, weights, 2, [10.0] * 3, [True] * 3, _identity, grid=(2, 1, 1))
+    cuts = balanced_cuts(home, weights, 2, [10.0] * 3, [True] * 3, in_one_process, grid=(2, 1, 1))
     assert abs(float(cuts.x[1]) - 0.4) < 2.0 / BINS
     assert cuts.y.tolist() == [[0.0, 1.0]] * 2  # one part: nothing to cut
 
 
 def test_inconsistent_cuts_are_refused() -> None:
     good = StaggeredCuts.regular((2, 2, 1))
-    with pytest.raises(ValueError, match="rise from 0 to 1"):
+    with pytest.raises(ValueError, match="rise from <= 0 to >= 1"):
         bad_y = torch.tensor([[0.0, 0.5, 1.0], [0.0, 1.2, 1.0]], dtype=torch.float64)
         StaggeredCuts(good.x, bad_y, good.z).check()
     with pytest.raises(ValueError, match="inconsistent shapes"):
         StaggeredCuts(torch.tensor([0.0, 0.3, 0.6, 1.0]), good.y, good.z).check()
+
+
+def test_atoms_beyond_an_open_face_are_split_too() -> None:
+    """An open axis's frame is fixed at partition; atoms that left it (a cluster drifting
+    out) are still cut into equal shares, the outer cuts following them."""
+    generator = torch.Generator().manual_seed(4)
+    home = torch.rand(800, 3, dtype=torch.float64, generator=generator)
+    home[:, 0] = 1.2 + 0.6 * home[:, 0]  # all beyond the frame's upper x face
+    weights = torch.ones(home.shape[0], dtype=torch.float64)
+    grid = (4, 1, 1)
+    cuts = balanced_cuts(home, weights, 4, [20.0] * 3, [False] * 3, in_one_process, grid)
+    assert imbalance(torch.bincount(cuts.locate(home), minlength=4)) < 1.02
+    assert float(cuts.x[0]) == 0.0 and float(cuts.x[-1]) == float(home[:, 0].max())
+    assert StaggeredCuts.regular(grid).locate(home).unique().tolist() == [3]

@@ -13,6 +13,7 @@ from nvdd_plugins.decomposition import (
     SpatialPartitioner,
     balanced_cuts,
     choose_rank_grid,
+    in_one_process,
 )
 from tests.helpers.systems import SYSTEMS
 
@@ -28,7 +29,7 @@ def _partitioner(atoms, world_size, grid=None, width=0.0, balanced=False):
     home, _ = regular.home_fractional(positions)
     weights = torch.ones(len(atoms), dtype=torch.float64)
     widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
-    cuts = balanced_cuts(home, weights, world_size, widths, pbc, lambda t: t, grid)
+    cuts = balanced_cuts(home, weights, world_size, widths, pbc, in_one_process, grid)
     return SpatialPartitioner(frame, world_size, None, width, cuts), positions
 
 

@@ -20,6 +20,7 @@ from nvdd_plugins.decomposition import (
     DecompositionFrame,
     SpatialPartitioner,
     imbalance,
+    in_one_process,
     owned_counts,
 )
 from tests.torture.cases import CELL_KINDS, FAMILIES, Case, draw_case
@@ -150,7 +151,7 @@ def _regular_imbalance(case: Case) -> float:
     cell, pbc = torch.tensor(atoms.cell.array), torch.tensor(atoms.pbc)
     frame = DecompositionFrame.from_system(positions, cell, pbc)
     regular = SpatialPartitioner(frame, case.world_size, case.grid)
-    return imbalance(owned_counts(regular, positions, lambda t: t))
+    return imbalance(owned_counts(regular, positions, in_one_process))
 
 
 @pytest.mark.parametrize(
