@@ -183,7 +183,9 @@ def balanced_cuts(
     px, py, pz = grid
 
     def unscaled(cuts: torch.Tensor, axis: int) -> torch.Tensor:
-        return lo[axis] + cuts * (hi[axis] - lo[axis])
+        cuts = lo[axis] + cuts * (hi[axis] - lo[axis])
+        cuts[..., 0], cuts[..., -1] = lo[axis], hi[axis]  # exactly, not to rounding
+        return cuts
 
     x = unscaled(_quantile_cuts(x_histogram, px)[0], 0)
     i = torch.searchsorted(x[1:-1].contiguous(), home[:, 0].contiguous(), right=True)

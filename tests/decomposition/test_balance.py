@@ -116,9 +116,11 @@ def test_atoms_beyond_an_open_face_are_split_too() -> None:
     generator = torch.Generator().manual_seed(4)
     home = torch.rand(800, 3, dtype=torch.float64, generator=generator)
     home[:, 0] = 1.2 + 0.6 * home[:, 0]  # all beyond the frame's upper x face
+    home[:, 1] = 0.95 * home[:, 1]
+    home[0, 1] = -0.007271038395492028  # below the lower y face: lo + (1 - lo) rounds below 1
     weights = torch.ones(home.shape[0], dtype=torch.float64)
-    grid = (4, 1, 1)
-    cuts = balanced_cuts(home, weights, 4, [20.0] * 3, [False] * 3, in_one_process, grid)
-    assert imbalance(torch.bincount(cuts.locate(home), minlength=4)) < 1.02
+    grid = (4, 2, 1)
+    cuts = balanced_cuts(home, weights, 8, [20.0] * 3, [False] * 3, in_one_process, grid)
+    assert imbalance(torch.bincount(cuts.locate(home), minlength=8)) < 1.05
     assert float(cuts.x[0]) == 0.0 and float(cuts.x[-1]) == float(home[:, 0].max())
-    assert StaggeredCuts.regular(grid).locate(home).unique().tolist() == [3]
+    assert StaggeredCuts.regular(grid).locate(home).unique().tolist() == [6, 7]
