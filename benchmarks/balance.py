@@ -122,9 +122,8 @@ def droplet() -> Atoms:
     atoms = _thermal(surface + Atoms("Cu" * int(keep.sum()), place), 300, 5)
     radial = place - np.array([*lateral, top])
     radial[:, 2] = 0.0
-    velocities = atoms.get_velocities()  # Å/fs-free ASE units: Å / (Å sqrt(amu/eV))
-    fs = 1.0 / 10.1805  # one fs in ASE time units
-    velocities[len(surface) :] += 0.03 * radial / 13.0 / fs
+    velocities = atoms.get_velocities()  # ASE units: 1 Å/fs = 10.1805
+    velocities[len(surface) :] += 0.03 * 10.1805 * radial / 13.0
     atoms.set_velocities(velocities)
     return atoms
 
@@ -144,9 +143,7 @@ class Replay:
 
     def __init__(self, positions: torch.Tensor, cell: torch.Tensor, pbc: torch.Tensor, size: int):
         frame = DecompositionFrame.from_system(positions, cell, pbc)
-        width = CUTOFF + SKIN
-        self.regular = SpatialPartitioner(frame, size, None, width)
-        self.balanced = self.regular
+        self.regular = self.balanced = SpatialPartitioner(frame, size, None, CUTOFF + SKIN)
         self.rebalances = 0
         self.rebuild(positions)
         self.after_partition = self.now(positions)
@@ -185,16 +182,12 @@ def count_system(name: str, steps: int) -> dict:
                 replay.rebuild(batch.positions)
                 replay.worst = max(replay.worst, replay.now(batch.positions)[1])
     rows = {
-        size: {
-            "regular_after_partition": r.after_partition[0],
-            "auto_after_partition": r.after_partition[1],
-            "regular_end_of_run": r.now(batch.positions)[0],
-            "auto_worst_in_run": r.worst,
-            "rebalances": r.rebalances,
-            "grid": r.balanced.grid,
-        }
+        size: {"regular_after_partition": r.after_partition[0],
+               "auto_after_partition": r.after_partition[1],
+               "regular_end_of_run": r.now(batch.positions)[0], "auto_worst_in_run": r.worst,
+               "rebalances": r.rebalances, "grid": r.balanced.grid}
         for size, r in replays.items()
-    }
+    }  # fmt: skip
     return {"atoms": len(atoms), "md_seconds": time.perf_counter() - start, "ranks": rows}
 
 
