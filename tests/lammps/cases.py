@@ -149,10 +149,9 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
 
 def balance_cases(slab: LammpsSystem, n_ranks: int) -> list[Case]:
     """The slab (cut along z: empty ranks at 4) with LAMMPS's `balance` and `fix balance`
-    (shift, rcb) and, as the reference trajectory, without."""
+    (shift, rcb)."""
     steps = MD_STEPS["mpnn"]
     return [
-        model_case("mpnn_slab_plain", "mpnn.pkl", slab, n_ranks, md_steps=steps),
         model_case("mpnn_slab_shift", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="shift"),
         model_case("mpnn_slab_rcb", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="rcb"),
     ]
