@@ -51,7 +51,8 @@ so the default `balance="auto"` moves the cuts: a cluster at 2 ranks, then 3 to 
 (primes included): cluster, wire, void, two phases, a slab with a forced 1x1x7 grid, and
 the ASE calculator on corner clusters."""
 BALANCED_TRAJECTORY_SEEDS = (6139, 6081, 6118, 6055, 6078, 6103)
-"""DomainParallel trajectories of such systems at 2 to 8 ranks (re-balancing at rebuilds)."""
+"""DomainParallel trajectories of such systems at 2 to 8 ranks (re-balancing at rebuilds),
+one of them a triclinic open slab at 7 ranks with migration hysteresis."""
 BALANCE_PRECONDITION = 1.15
 
 
