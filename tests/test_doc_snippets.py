@@ -8,7 +8,8 @@ The rules, for every block added later:
   runs under `mpirun -n 2 python -m mpi4py` instead.
 * `<!-- snippet: fragment: WHY -->` on the line just above the fence: the block is
   deliberately not a script (it shows lines of a class, stands for the reader's own model,
-  or continues an earlier block). It is only compiled, and WHY must say what it lacks.
+  continues an earlier block, or needs a GPU, a trained model or a package CI lacks). It is
+  only compiled, and WHY must say what it lacks.
 * A marker line anywhere else (not just above a ```python fence) fails the test; blocks of
   any other language (```bash, plain ```) are not run.
 
@@ -58,7 +59,9 @@ def _snippets(document: Path) -> list[Snippet]:
     for index, line in enumerate(lines):
         if line.strip() != "```python":
             continue
-        end = next(j for j in range(index + 1, len(lines)) if lines[j].strip() == "```")
+        end = next((j for j in range(index + 1, len(lines)) if lines[j].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"{document.relative_to(REPO)}:{index + 1}: unclosed ```python")
         marker = MARKER.fullmatch(lines[index - 1].strip()) if index else None
         code = textwrap.dedent("\n".join(lines[index + 1 : end])) + "\n"
         kind, why = (marker.group(1), marker.group(2) or "") if marker else ("", "")
