@@ -112,7 +112,7 @@ class TrajectoryWriter:
         # Under mpirun ASE's defaults would make both writes a collective over its MPI world
         # that the other ranks never join (a RANK_ZERO hook runs on rank 0 only).
         if filetype(self.path, read=False) == "traj":  # ase.io.write(append=True) keeps frame 1
-            with Trajectory(self.path, "a" if not self._first else "w", master=True) as out:
+            with Trajectory(self.path, "w" if self._first else "a", master=True) as out:
                 for atoms in frames:
                     out.write(atoms)
         else:
