@@ -5,6 +5,8 @@ stresses from the kernel), an autograd MPNN and tiny MACE, periodic, slab and op
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 
 import ase.build
 import pytest
@@ -78,9 +80,9 @@ def test_too_thin_a_shell_is_wrong() -> None:
 
 def test_max_atoms_picks_chunks_that_fit() -> None:
     model, atoms = MODELS["lj"](), _copper(SYSTEMS["bulk"])
-    evaluator = ChunkedEvaluator(model, max_atoms=400)
+    evaluator = ChunkedEvaluator(model, max_atoms=440)
     plan = evaluator.plan(Batch.from_atoms(atoms))
-    assert len(plan.rows) > 1 and max(plan.rows) <= 400
+    assert len(plan.rows) > 1 and max(plan.rows) <= 440
     assert plan.redundancy == pytest.approx(sum(plan.rows) / len(atoms) - 1.0)
     ref = reference(model, atoms, properties_for(atoms))
     result = evaluator(Batch.from_atoms(atoms), properties_for(atoms))
@@ -146,3 +148,23 @@ def test_measured_row_limit_scales_the_probe_peak_to_free_memory(monkeypatch) ->
     assert limit == int(0.8 * (10**9 + 10**8) / 2_000)
     stats["free"], stats["reserved"] = 10**6, 1_000
     assert measured_row_limit(frame, batch.positions, 4.0, evaluate) == 4096
+
+
+def test_chunks_dominated_by_their_ghost_shells_are_refused() -> None:
+    """500 atoms under max_atoms=300 needed over 100 times the work of one piece."""
+    model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
+    with pytest.raises(ValueError, match="ghost shells dominate") as refused:
+        ChunkedEvaluator(model, max_atoms=300).plan(Batch.from_atoms(atoms))
+    message = str(refused.value)
+    assert "for 500 atoms" in message and "raise max_atoms" in message
+    suggested = int(re.search(r"max_atoms=(\d+) keeps it within 2x", message).group(1))
+    plan = ChunkedEvaluator(model, max_atoms=suggested).plan(Batch.from_atoms(atoms))
+    assert max(plan.rows) <= suggested and plan.work <= 2.0
+
+
+def test_chunks_mostly_of_ghost_shells_are_reported(caplog) -> None:
+    model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 4)
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.models.chunk_grid"):
+        plan = ChunkedEvaluator(model, max_atoms=700).plan(Batch.from_atoms(atoms))
+    assert 2.0 < plan.work <= 8.0, plan
+    assert f"evaluates {sum(plan.rows)} rows for {len(atoms)} atoms" in caplog.text
