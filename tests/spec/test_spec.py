@@ -47,7 +47,7 @@ def test_presets_round_trip(spec: MLIPSpec, tmp_path) -> None:
     assert MLIPSpec.load(path) == spec
 
 
-def test_the_seed_import_paths_of_the_presets() -> None:
+def test_presets_import_from_spec_and_from_models() -> None:
     import nvdd_plugins.models
     import nvdd_plugins.spec
 
