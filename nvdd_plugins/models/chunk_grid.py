@@ -14,7 +14,6 @@ import torch
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
 
 __all__ = [
-    "REFUSED_WORK",
     "WARNED_WORK",
     "ChunkPlan",
     "chunk_rows",
@@ -30,10 +29,9 @@ Grid = tuple[int, int, int]
 _MEMORY_FRACTION = 0.8
 _PROBE_ROWS = 4096
 # Rows the chunks evaluate, relative to the system in one piece (its own shell of periodic
-# images or a rank's ghosts included): beyond WARNED_WORK the chunks' ghost shells are most
-# of the work (reported), beyond REFUSED_WORK a row limit is refused.
+# images or a rank's ghosts included), beyond which a new grid is reported: the chunks'
+# ghost shells are then most of the work.
 WARNED_WORK = 2.0
-REFUSED_WORK = 8.0
 
 
 @dataclass(frozen=True)
@@ -91,9 +89,8 @@ def fitting_chunks(
     """Chunks whose rows all fit `limit`, counting only chunks that hold one of the first
     `n_targets` atoms: from `start` (e.g. the last grid that fitted), the longest chunk edge
     is split until they fit. A new grid whose chunks evaluate more than `WARNED_WORK` times
-    the rows of the system in one piece is reported. Raises ValueError when the shell alone
-    is too big, or beyond `REFUSED_WORK` times those rows (naming a limit within
-    `WARNED_WORK` where there is one)."""
+    the rows of the system in one piece is reported with the limit that keeps within it.
+    Raises ValueError when the shell alone is too big."""
     widths = frame.widths.tolist()
     grid = list(start)
     one_piece = None  # rows per atom of the system in one piece, once a new grid is sought
@@ -112,24 +109,18 @@ def fitting_chunks(
             )
         cost = plan.work / one_piece
         within = largest if cost <= WARNED_WORK else within
-        if cost > REFUSED_WORK:
-            advice = f"; max_atoms={within} keeps it within {WARNED_WORK:g}x" if within else ""
-            raise ValueError(
-                f"chunks of at most {limit} rows would evaluate {sum(plan.rows)} rows for "
-                f"{n_targets} atoms, {cost:.0f}x the system in one piece (grid {tuple(grid)}): "
-                f"the ghost shells dominate{advice}"
-            )
         if largest <= limit:
             if cost > WARNED_WORK:
                 logger.warning(
-                    "chunk grid %s evaluates %d rows for %d atoms, %.1fx the system in one "
-                    "piece: the chunks' ghost shells (%g Å) are most of the work; larger chunks "
-                    "cost less",
+                    "chunks of at most %d rows: grid %s evaluates %d rows for %d atoms, %.1fx "
+                    "the system in one piece; the ghost shells (%g Å) dominate%s",
+                    limit,
                     tuple(grid),
                     sum(plan.rows),
                     n_targets,
                     cost,
                     shell,
+                    f"; chunks of {within} rows keep it within {WARNED_WORK:g}x" if within else "",
                 )
             return partitioner, images
         edges = [w / g for w, g in zip(widths, grid, strict=True)]

@@ -80,9 +80,9 @@ def test_too_thin_a_shell_is_wrong() -> None:
 
 def test_max_atoms_picks_chunks_that_fit() -> None:
     model, atoms = MODELS["lj"](), _copper(SYSTEMS["bulk"])
-    evaluator = ChunkedEvaluator(model, max_atoms=440)
+    evaluator = ChunkedEvaluator(model, max_atoms=400)
     plan = evaluator.plan(Batch.from_atoms(atoms))
-    assert len(plan.rows) > 1 and max(plan.rows) <= 440
+    assert len(plan.rows) > 1 and max(plan.rows) <= 400
     assert plan.redundancy == pytest.approx(sum(plan.rows) / len(atoms) - 1.0)
     ref = reference(model, atoms, properties_for(atoms))
     result = evaluator(Batch.from_atoms(atoms), properties_for(atoms))
@@ -150,21 +150,17 @@ def test_measured_row_limit_scales_the_probe_peak_to_free_memory(monkeypatch) ->
     assert measured_row_limit(frame, batch.positions, 4.0, evaluate) == 4096
 
 
-def test_chunks_dominated_by_their_ghost_shells_are_refused() -> None:
-    """500 atoms under max_atoms=300 needed over 100 times the work of one piece."""
-    model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (5, 5, 5)
-    with pytest.raises(ValueError, match="ghost shells dominate") as refused:
-        ChunkedEvaluator(model, max_atoms=300).plan(Batch.from_atoms(atoms))
-    message = str(refused.value)
-    assert "for 500 atoms" in message and "raise max_atoms" in message
-    suggested = int(re.search(r"max_atoms=(\d+) keeps it within 2x", message).group(1))
-    plan = ChunkedEvaluator(model, max_atoms=suggested).plan(Batch.from_atoms(atoms))
-    assert max(plan.rows) <= suggested and plan.work <= 2.0
-
-
 def test_chunks_mostly_of_ghost_shells_are_reported(caplog) -> None:
+    """A row limit met only by chunks whose ghost shells are most of the work is reported,
+    with a limit that is not (ChunkedEvaluator(max_atoms=300) on 500 atoms of a two-layer
+    MPNN had planned 900 chunks, 506 times the rows, without a word)."""
     model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 4)
     with caplog.at_level(logging.WARNING, logger="nvdd_plugins.models.chunk_grid"):
         plan = ChunkedEvaluator(model, max_atoms=700).plan(Batch.from_atoms(atoms))
-    assert 2.0 < plan.work <= 8.0, plan
+    assert plan.work > 2.0, plan  # the system in one piece: 1 row per atom
     assert f"evaluates {sum(plan.rows)} rows for {len(atoms)} atoms" in caplog.text
+    suggested = int(re.search(r"chunks of (\d+) rows keep it within 2x", caplog.text).group(1))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.models.chunk_grid"):
+        plan = ChunkedEvaluator(model, max_atoms=suggested).plan(Batch.from_atoms(atoms))
+    assert len(plan.rows) > 1 and plan.work <= 2.0 and not caplog.text, plan
