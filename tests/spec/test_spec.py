@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.models import MACEWrapper, RadiusGraphMPNN, SimpleMPNN
+from nvdd_plugins.models import RadiusGraphMPNN, SimpleMPNN
 from nvdd_plugins.models.aimnet2 import aimnet2_spec
+from nvdd_plugins.models.mace import mace_spec
 from nvdd_plugins.models.sevennet import sevennet_spec
 from nvdd_plugins.ops import (
     AllReduceSum,
@@ -30,8 +31,8 @@ from nvdd_plugins.spec import (
     OpAdapter,
     OutputKind,
     PythonAdapter,
+    for_strategy,
 )
-from tests.helpers.mace_models import tiny_mace
 from tests.helpers.systems import lj_model
 
 
@@ -58,17 +59,21 @@ def test_presets_import_from_spec_and_from_models() -> None:
 
 def _cueq_spec(strategy: StrategyKind) -> MLIPSpec:
     pytest.importorskip("cuequivariance_torch")
-    return MACEWrapper(tiny_mace(), cuequivariance=True).distribution_spec(strategy)
+    from nvdd_plugins.models.cueq import cueq_mace_spec
+
+    return for_strategy(cueq_mace_spec(n_layers=2), strategy)
 
 
+# each wrapper's distribution_spec (built from the spec functions where a model is slow to
+# build: MACEWrapper returns for_strategy(mace_spec(n_layers=interactions), strategy))
 SHIPPED_SPECS = {
     "lj": lambda strategy: lj_model().distribution_spec(strategy),
     "mpnn": lambda strategy: SimpleMPNN(hidden=4, n_layers=2).distribution_spec(strategy),
     "radius_graph": lambda strategy: RadiusGraphMPNN().distribution_spec(strategy),
-    "mace": lambda strategy: MACEWrapper(tiny_mace()).distribution_spec(strategy),
+    "mace": lambda strategy: for_strategy(mace_spec(n_layers=2), strategy),
     "mace_cueq": _cueq_spec,
-    "aimnet2": aimnet2_spec,  # AIMNet2Wrapper.distribution_spec returns it
-    "sevennet": lambda strategy: sevennet_spec(n_layers=2),  # SevenNetWrapper's, 2 layers
+    "aimnet2": aimnet2_spec,
+    "sevennet": lambda strategy: for_strategy(sevennet_spec(n_layers=2), strategy),
 }
 
 
