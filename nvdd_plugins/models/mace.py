@@ -9,7 +9,8 @@ so eager runs need no per-op interception and go through mace's own LAMMPS code 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+import threading
+from collections.abc import Hashable, Sequence
 from os import PathLike
 from typing import Any
 
@@ -36,6 +37,9 @@ from nvdd_plugins.spec import (
 )
 
 __all__ = ["MACEWrapper", "mace_spec", "marked_scatter_sum", "random_mace"]
+
+# mace's compile preparation (torch.fx tracing) patches torch.nn.Module.__call__ process-wide
+_PREPARE_LOCK = threading.Lock()
 
 
 class MACEWrapper(nn.Module, BaseModelMixin):
@@ -75,6 +79,8 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         self.model_config = ModelConfig.by_autograd(
             NeighborConfig(float(model.r_max), accepts_skin_pairs=True, prune_skin_pairs=True)
         )
+        self._compile_ready = False  # this wrapper is a prepare_for_compile copy
+        self._prepared: tuple[Hashable, MACEWrapper] | None = None  # (_weights_state, copy)
 
     @classmethod
     def from_file(
@@ -97,19 +103,39 @@ class MACEWrapper(nn.Module, BaseModelMixin):
 
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
-        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only."""
+        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only.
+
+        Made once (again after the weights change or move), under a process-wide lock since
+        mace's preparation patches `torch.nn.Module.__call__` while it runs: simulated ranks
+        (threads) asking at once wait for the first and share its copy, which returns
+        itself. Raises ValueError for a cuEquivariance model (it cannot be compiled)."""
+        if self._compile_ready:
+            return self
         if self.cuequivariance:
             raise ValueError(
                 "compile=True does not support cuEquivariance MACE models (mace's compile "
                 "preparation rebuilds e3nn layers; dynamo fails on e3nn Irreps): run eager, "
                 "where nvdd adds under 5 % to a cuEquivariance step of 100k atoms"
             )
+        with _PREPARE_LOCK:
+            state = _weights_state(self.model)
+            if self._prepared is None or self._prepared[0] != state:
+                self._prepared = (state, self._prepared_copy())
+            return self._prepared[1]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> MACEWrapper:
+        self._prepared = None  # .to(), .double(), ... : the weights move
+        return super()._apply(fn, recurse)
+
+    def _prepared_copy(self) -> MACEWrapper:
         from mace.tools.compile import prepare  # optional dependency
         from mace.tools.scripts_utils import extract_model
 
         parameter = next(self.model.parameters())
         model = prepare(extract_model)(model=self.model, map_location=parameter.device)
-        return MACEWrapper(model.to(parameter.dtype), head=self.head)
+        prepared = MACEWrapper(model.to(parameter.dtype), head=self.head)
+        prepared._compile_ready = True
+        return prepared
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV), E0 included."""
@@ -260,6 +286,11 @@ class _GhostExchange:
     def reverse_exchange(self, grad: torch.Tensor, out: torch.Tensor, width: int) -> None:
         """`out` = `grad` with ghost rows summed into their owners' rows."""
         out.copy_(self.rows.refresh_adjoint(grad))
+
+
+def _weights_state(model: nn.Module) -> Hashable:
+    """How often each weight of `model` was changed in place (`load_state_dict` too)."""
+    return tuple(t._version for t in (*model.parameters(), *model.buffers()))
 
 
 def _uses_cuequivariance(model: nn.Module) -> bool:
