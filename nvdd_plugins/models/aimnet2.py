@@ -22,7 +22,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, short_range_coulomb
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import require_species, species_lookup
+from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     ENERGY_KINDS,
     AllReduceSum,
@@ -167,6 +167,10 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         require_species(self.species_index, numbers, "AIMNet2")
+
+    def supported_species(self) -> tuple[int, ...]:
+        """The atomic numbers the model has parameters for."""
+        return known_species(self.species_index)
 
     def _charges_and_features(self, inputs: ModelInputs, pairs: _Pairs) -> dict[str, Any]:
         """aimnet's passes (`AIMNet2.forward_prepared` on the wrapper's layout): "charges"

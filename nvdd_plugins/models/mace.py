@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from os import PathLike
 from typing import Any
 
@@ -22,7 +22,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import require_species, species_lookup
+from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -80,7 +80,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
             NeighborConfig(float(model.r_max), accepts_skin_pairs=True, prune_skin_pairs=True)
         )
         self._compile_ready = False  # this wrapper is a prepare_for_compile copy
-        self._prepared: tuple[Hashable, MACEWrapper] | None = None  # (_weights_state, copy)
+        self._prepared: tuple[tuple[int, ...], MACEWrapper] | None = None  # (versions, copy)
 
     @classmethod
     def from_file(
@@ -101,14 +101,16 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         require_species(self.species_index, numbers, "MACE")
 
+    def supported_species(self) -> tuple[int, ...]:
+        """The atomic numbers the model has parameters for."""
+        return known_species(self.species_index)
+
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
         (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only.
 
-        Made once (again after the weights change or move), under a process-wide lock since
-        mace's preparation patches `torch.nn.Module.__call__` while it runs: simulated ranks
-        (threads) asking at once wait for the first and share its copy, which returns
-        itself. Raises ValueError for a cuEquivariance model (it cannot be compiled)."""
+        Made once (again when the weights change or move) under a process-wide lock: threads
+        (simulated ranks) share it; it returns itself. ValueError for cuEquivariance."""
         if self._compile_ready:
             return self
         if self.cuequivariance:
@@ -118,13 +120,14 @@ class MACEWrapper(nn.Module, BaseModelMixin):
                 "where nvdd adds under 5 % to a cuEquivariance step of 100k atoms"
             )
         with _PREPARE_LOCK:
-            state = _weights_state(self.model)
+            # in-place changes (load_state_dict too) bump the weights' versions
+            state = tuple(t._version for t in (*self.model.parameters(), *self.model.buffers()))
             if self._prepared is None or self._prepared[0] != state:
                 self._prepared = (state, self._prepared_copy())
             return self._prepared[1]
 
     def _apply(self, fn: Any, recurse: bool = True) -> MACEWrapper:
-        self._prepared = None  # .to(), .double(), ... : the weights move
+        self._prepared = None  # .to(), .double(), ...: the weights move
         return super()._apply(fn, recurse)
 
     def _prepared_copy(self) -> MACEWrapper:
@@ -286,11 +289,6 @@ class _GhostExchange:
     def reverse_exchange(self, grad: torch.Tensor, out: torch.Tensor, width: int) -> None:
         """`out` = `grad` with ghost rows summed into their owners' rows."""
         out.copy_(self.rows.refresh_adjoint(grad))
-
-
-def _weights_state(model: nn.Module) -> Hashable:
-    """How often each weight of `model` was changed in place (`load_state_dict` too)."""
-    return tuple(t._version for t in (*model.parameters(), *model.buffers()))
 
 
 def _uses_cuequivariance(model: nn.Module) -> bool:

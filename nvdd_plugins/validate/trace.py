@@ -48,7 +48,7 @@ def trace_and_validate(
     strategy = StrategyKind(strategy)
     spec = model.distribution_spec(strategy)
     candidate, dtype, precision_note = in_precision(model, device)
-    atoms = sample_atoms(sample, candidate.cutoff, skin)
+    atoms = sample_atoms(sample, candidate, skin)
     setting = (
         f"{world_size} simulated rank(s), {device}, {str(dtype).removeprefix('torch.')}, "
         f"{len(atoms)} atoms, {strategy.value}"
@@ -67,13 +67,13 @@ def trace_and_validate(
     finding = diagnose(trial, outcome)
     ops = outcome.log.records()
     if finding is None:
-        why_not = trial.can_compile()
-        if why_not is None:
-            compiled = trial.distributed(spec, compiled=True)
+        ready = trial.compile_ready()
+        if isinstance(ready, str):
+            notes.append(f"compile=True rules not checked: {ready}")
+        else:
+            compiled = trial.distributed(spec, compiled=ready)
             finding = diagnose(trial, compiled)
             ops = ops if finding is None else compiled.log.records()
-        else:
-            notes.append(f"compile=True rules not checked: {why_not}")
     return ValidationReport(
         ok=finding is None,
         next_action=None if finding is None else finding.next_action,
