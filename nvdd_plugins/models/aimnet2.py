@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
@@ -32,6 +31,7 @@ from nvdd_plugins.spec import (
     OutputKind,
     PythonAdapter,
     for_strategy,
+    summed_over_ranks,
 )
 
 __all__ = [
@@ -39,17 +39,7 @@ __all__ = [
     "aimnet2_spec",
     "mol_sum_over_ranks",
     "random_aimnet2",
-    "summed_over_ranks",
 ]
-
-
-def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
-    """Identity in one process. In a distributed forward whose spec adapts it with
-    `AllReduceSum` (`aimnet2_spec`), `tensor` is this rank's partial of a per-system sum
-    and the result is the sum over all ranks."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
-    return tensor
 
 
 def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:

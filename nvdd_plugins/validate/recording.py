@@ -31,6 +31,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import is_aggregation, is_opaque
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import MLIPSpec, OpAdapter, scattered_onto_nodes
+from nvdd_plugins.validate.reductions import reduces_over_atoms
 
 __all__ = [
     "Handling",
@@ -64,6 +65,7 @@ class Handling(StrEnum):
     OWNED_SUM = "atoms -> system sum: owned rows only"
     MARKED = "marked aggregation (scattered_onto_nodes): ghost rows refreshed"
     ADAPTER = "OpAdapter of the spec"
+    ATOM_REDUCTION = "reduction over atoms: each rank reduces only its own rows"
     UNKNOWN_OPAQUE = "unknown opaque op: not seen into, no adapter"
     PER_ROW = "per-row or gather: nothing to do"
 
@@ -193,6 +195,8 @@ class OpRecorder(TorchFunctionMode):
         if is_aggregation(func):
             target = args[0] if args else kwargs.get("input")
             return Handling.AGGREGATION if self._node_indexed(target) else Handling.OWNED_SUM
+        if reduces_over_atoms(func, args, kwargs, self.n_rows):
+            return Handling.ATOM_REDUCTION
         return Handling.PER_ROW
 
     def _record(self, func: Any, site: str, handling: Handling, writes: bool) -> None:
