@@ -202,7 +202,7 @@ def test_opaque_op_that_only_writes_per_atom_rows_is_refused_when_strict() -> No
     """Its inputs are per-edge messages and indices: only its output shows the op is
     per-atom."""
     model = _mpnn(_WriteOnlyOpLayer, _spec())
-    with pytest.raises(RuntimeError, match="torture.edge_scatter writes per-atom") as failure:
+    with pytest.raises(RuntimeError, match=r"torture\.edge_scatter writes per-atom") as failure:
         _worst_force_error(model, 2, strict=True)
     suggested = "OpAdapter(op=torch.ops.torture.edge_scatter.default, output_transforms={0: "
     assert suggested + "ScatterOutputs()})" in str(failure.value)
