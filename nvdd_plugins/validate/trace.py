@@ -28,7 +28,8 @@ def trace_and_validate(
     """Validate `model` under domain decomposition on `world_size` simulated ranks.
 
     The model (a copy, in float64 where it converts) runs on `sample` (default: a few
-    hundred atoms of a sheared periodic fcc crystal scaled to the model's cutoff) in one
+    hundred atoms of a sheared periodic fcc crystal scaled to the model's cutoff, of argon or
+    else an element the model has parameters for) in one
     process and distributed, recording every op on per-atom tensors; energy, per-atom
     energies, forces and stress are compared. When the model can run with compile=True,
     its checked first forward runs too, so an in-place scatter whose result is not rebound
