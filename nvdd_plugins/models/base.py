@@ -145,6 +145,11 @@ class BaseModelMixin:
         """The model's distribution contract for `strategy`; None: not distributable."""
         return None
 
+    def supported_species(self) -> tuple[int, ...] | None:
+        """The atomic numbers the model has parameters for, ascending; None: any."""
+        return None
+
     def prepare_for_compile(self) -> BaseModelMixin:
-        """A wrapper whose forward `torch.compile` can trace (default: this one)."""
+        """A wrapper whose forward `torch.compile` can trace (default: this one); raises a
+        ValueError saying why when the model cannot run with compile=True."""
         return self

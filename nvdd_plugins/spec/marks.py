@@ -7,6 +7,9 @@ indices); the Python code around such a kernel knows which, and says so with thi
 `owned_rows` goes one step further, for a model that knows where its per-atom work is: it
 tells such a model which rows are owned, so per-atom work after an aggregation can skip the
 ghost rows (MACE: its own LAMMPS code path, node features exchanged once per interaction).
+
+`summed_over_ranks` marks a rank's partial of a sum over the whole system, which an
+`OpAdapter` with `AllReduceSum` turns into the sum over all ranks.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from typing import NamedTuple
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_unary
 
-__all__ = ["OwnedRows", "owned_rows", "refreshing_marks", "scattered_onto_nodes"]
+__all__ = [
+    "OwnedRows",
+    "owned_rows",
+    "refreshing_marks",
+    "scattered_onto_nodes",
+    "summed_over_ranks",
+]
 
 # The ghost-row refresh of a distributed forward that runs without op interception.
 
@@ -62,6 +71,16 @@ def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
         return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
     marks = _MARKS.get()
     return tensor if marks is None else marks.refresh(tensor)
+
+
+def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    """Identity in one process. In a distributed forward whose spec adapts it with
+    `OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()})`, `tensor` is
+    this rank's partial of a sum over the system (e.g. a node -> system `index_add_`, of
+    which nvdd keeps the owned rows) and the result is the sum over all ranks."""
+    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
+        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
+    return tensor
 
 
 @contextmanager

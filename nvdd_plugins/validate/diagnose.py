@@ -2,8 +2,9 @@
 
 A broken rule the engine raised is named by its message; wrong numbers are traced to a
 model that ignores periodic images (its single-process energy changes when the system is
-translated and wrapped) or to opaque ops no adapter covers (fixed by trying adapters until
-the numbers agree, so the suggested spec is one that was verified).
+translated and wrapped), to opaque ops no adapter covers (fixed by trying adapters until
+the numbers agree, so the suggested spec is one that was verified) or to reductions over
+the atoms that each rank makes over its own rows only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ MINIMUM_IMAGE = (
     "rij = minimum_image(positions[j] - positions[i], cell[0], pbc[0]) "
     "(nvdd_plugins.geometry), or add the neighbour list's shifts: "
     "rij = positions[j] - positions[i] + shifts"
+)
+GLOBAL_SUM = (
+    "sum the owned rows into a per-system tensor (s = x.new_zeros(n_systems, ...)"
+    ".index_add_(0, batch_idx, x): nvdd keeps the owned rows of such a sum), pass it through "
+    "summed_over_ranks (nvdd_plugins.ops) and add OpAdapter(op=summed_over_ranks, "
+    "output_transforms={0: AllReduceSum()}) to the spec's DistributionSpec(custom_ops=...)"
 )
 _TRANSLATION = (0.5, 0.37, 0.29)  # fractional translation of the periodicity probe
 
@@ -60,6 +67,7 @@ def diagnose(trial: Trial, outcome: Outcome) -> Finding | None:
     return (
         _periodicity_finding(trial)
         or (_adapter_finding(trial, outcome.spec, unknown) if unknown else None)
+        or _reduction_finding(outcome)
         or _mismatch_finding(outcome)
     )
 
@@ -173,11 +181,29 @@ def _adapter_finding(
     )
 
 
+def _reduction_finding(outcome: Outcome) -> Finding | None:
+    """Reductions over the atoms: each rank reduces its own rows, owned and ghost."""
+    found = [r for r in outcome.log.records() if r.handling is Handling.ATOM_REDUCTION]
+    if not found:
+        return None
+    sites = ", ".join(f"{r.op} at {r.site}" for r in found)
+    return Finding(
+        f"the distributed results differ from the single-process run ({_worst(outcome)}) "
+        f"and the model reduces per-atom tensors over the atoms ({sites}): on each rank "
+        "that reduces the rank's own rows, owned and ghost, not the system's",
+        f"make the {found[0].op} over the atoms at {found[0].site} a sum over the whole "
+        f"system: {GLOBAL_SUM}",
+    )
+
+
+def _worst(outcome: Outcome) -> str:
+    return ", ".join(f"{name} {value:.1e}" for name, value in outcome.deviations.items())
+
+
 def _mismatch_finding(outcome: Outcome) -> Finding:
-    worst = ", ".join(f"{name} {value:.1e}" for name, value in outcome.deviations.items())
     ops = sorted({r.op for r in outcome.log.records() if r.handling is not Handling.PER_ROW})
     return Finding(
-        f"the distributed results differ from the single-process run ({worst}) and no "
+        f"the distributed results differ from the single-process run ({_worst(outcome)}) and no "
         "broken rule was seen",
         "check that every aggregation onto atoms is a torch scatter/index op, an op with an "
         "OpAdapter or passes through scattered_onto_nodes (recorded: "

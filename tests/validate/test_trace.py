@@ -11,9 +11,16 @@ import torch
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, OpAdapter, ScatterOutputs
+from nvdd_plugins.spec import (
+    SPEC_MPNN_HALO,
+    AllReduceSum,
+    DistributionSpec,
+    OpAdapter,
+    ScatterOutputs,
+    summed_over_ranks,
+)
 from nvdd_plugins.validate import Handling, trace_and_validate
-from nvdd_plugins.validate.diagnose import MINIMUM_IMAGE, PRE_SLICED, SENTINELS
+from nvdd_plugins.validate.diagnose import GLOBAL_SUM, MINIMUM_IMAGE, PRE_SLICED, SENTINELS
 from tests.helpers.systems import NotReboundInteraction, PreSlicedMPNN
 from tests.validate import defects
 
@@ -104,6 +111,25 @@ def test_an_opaque_per_row_op_gets_a_plain_adapter() -> None:
     assert "add OpAdapter(op=torch.ops.validate_tests.silu_rows.default) " in report.next_action
     model.spec = report.spec
     assert trace_and_validate(model).ok
+
+
+def test_an_undeclared_sum_over_atoms_is_named_with_the_all_reduce_fix() -> None:
+    report = trace_and_validate(defects.mpnn(defects.GlobalSumLayer))
+    assert not report.ok
+    site = f"tests/validate/defects.py:{_line_of(defects.GlobalSumLayer.forward, '.sum(')}"
+    assert report.next_action.startswith(f"make the sum over the atoms at {site} a sum over")
+    assert report.next_action.endswith(GLOBAL_SUM)
+    assert (Handling.ATOM_REDUCTION, site) in {(r.handling, r.site) for r in report.ops}
+    assert site in str(report)
+    # the fix it describes validates
+    model = defects.mpnn(defects.SummedOverRanksLayer, cls=defects.WithSpec)
+    adapter = OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()})
+    model.spec = dataclasses.replace(
+        SPEC_MPNN_HALO, distribution=DistributionSpec(custom_ops=(adapter,))
+    )
+    fixed = trace_and_validate(model)
+    assert fixed.ok, fixed
+    assert not any(r.handling is Handling.ATOM_REDUCTION for r in fixed.ops)
 
 
 def test_a_model_without_spec_is_not_ok() -> None:
