@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nvdd_plugins.decomposition.balance import (
+    Reduce,
     balanced_cuts,
     imbalance,
     in_one_process,
@@ -23,6 +24,7 @@ __all__ = [
     "DecompositionFrame",
     "GhostImages",
     "IndexPartitioner",
+    "Reduce",
     "SpatialPartitioner",
     "StaggeredCuts",
     "balanced_cuts",

@@ -13,10 +13,12 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import (
     DecompositionFrame,
+    Reduce,
     SpatialPartitioner,
     StaggeredCuts,
+    in_one_process,
+    rebalanced,
 )
-from nvdd_plugins.decomposition.balance import Reduce, in_one_process, rebalanced
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import build_halo_view
 from nvdd_plugins.geometry import VerletState
