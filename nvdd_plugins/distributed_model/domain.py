@@ -88,10 +88,8 @@ class HaloDomain:
         rank more unequal than `DomainConfig.balance_threshold` (max / mean). Collective;
         a balanced run pays one all-reduce of one number per rank."""
         self._follow_cell(cell.detach(), positions.device)
-        if replicated:
-            self._adopt(self._balanced(positions.detach(), in_one_process))
-        else:
-            self._adopt(self._balanced(positions.detach(), self.comm.all_reduce))
+        reduce = in_one_process if replicated else self.comm.all_reduce
+        self._adopt(self._balanced(positions.detach(), reduce))
 
     def _balanced(self, positions: torch.Tensor, reduce: Reduce) -> StaggeredCuts | None:
         """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when
