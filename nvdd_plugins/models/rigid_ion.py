@@ -36,7 +36,13 @@ from nvdd_plugins.spec import (
     for_strategy,
 )
 
-__all__ = ["BornMayerHuggins", "RigidIonModel", "rigid_ion_spec"]
+__all__ = [
+    "NACL_CHARGES",
+    "TOSI_FUMI_NACL",
+    "BornMayerHuggins",
+    "RigidIonModel",
+    "rigid_ion_spec",
+]
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ class BornMayerHuggins:
     sigma: float
     c: float
     d: float = 0.0
+
+
+NACL_CHARGES = {11: 1.0, 17: -1.0}
+"""Formal charges of Na and Cl (e)."""
+
+TOSI_FUMI_NACL = {
+    (11, 11): BornMayerHuggins(0.263704, 0.317, 2.340, 1.048574, -0.499321),
+    (11, 17): BornMayerHuggins(0.210963, 0.317, 2.755, 6.990490, -8.675698),
+    (17, 17): BornMayerHuggins(0.158222, 0.317, 3.170, 72.401505, -145.427161),
+}
+"""Tosi and Fumi's (1964) NaCl pairs in LAMMPS `born` form: a = b c_ij (b = 0.338e-19 J,
+c = 1.25, 1, 0.75), sigma = sigma_i + sigma_j (1.170 and 1.585 Å), rho = 0.317 Å, c and d
+from 1e-79 J m^6 and 1e-99 J m^8 (d < 0: the form adds d / r^8)."""
 
 
 def rigid_ion_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
@@ -107,6 +126,11 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         self.register_buffer("species_index", lookup, persistent=False)
         charge_table = torch.tensor([float(charges[z]) for z in elements], dtype=torch.float64)
         self.register_buffer("charge_table", charge_table, persistent=False)
+
+    @classmethod
+    def nacl(cls, cutoff: float, electrostatics: Ewald | PME) -> RigidIonModel:
+        """Rock-salt NaCl: formal charges and Tosi-Fumi pairs (`TOSI_FUMI_NACL`)."""
+        return cls(NACL_CHARGES, TOSI_FUMI_NACL, cutoff, electrostatics)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom energies (eV), the system's energy and per-atom charges (e)."""

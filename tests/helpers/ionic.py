@@ -10,18 +10,11 @@ from ase import Atoms
 from ase.build import bulk
 
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.models import PME, BornMayerHuggins, Ewald, RigidIonModel
+from nvdd_plugins.models import PME, Ewald, RigidIonModel
+from nvdd_plugins.models.rigid_ion import NACL_CHARGES, TOSI_FUMI_NACL
 from nvdd_plugins.spec import MLIPSpec, summed_over_ranks
 
 NACL_LATTICE = 5.64  # Å
-NACL_CHARGES = {11: 1.0, 17: -1.0}
-# Tosi and Fumi (1964) in LAMMPS `born` form: A = b c_ij (b = 0.338e-19 J), sigma = sigma_i +
-# sigma_j, C and D converted from 1e-79 J m^6 and 1e-99 J m^8 (D < 0: LAMMPS adds D / r^8)
-TOSI_FUMI = {
-    (11, 11): BornMayerHuggins(0.263704, 0.317, 2.340, 1.048574, -0.499321),
-    (11, 17): BornMayerHuggins(0.210963, 0.317, 2.755, 6.990490, -8.675698),
-    (17, 17): BornMayerHuggins(0.158222, 0.317, 3.170, 72.401505, -145.427161),
-}
 CUTOFF = 6.0
 
 
@@ -43,7 +36,7 @@ def nacl_model(
     electrostatics = ewald
     if method == "pme":
         electrostatics = PME.for_cell(ewald.alpha, torch.tensor(atoms.cell.array), 0.7, order=4)
-    return model(NACL_CHARGES, TOSI_FUMI, CUTOFF, electrostatics)
+    return model(NACL_CHARGES, TOSI_FUMI_NACL, CUTOFF, electrostatics)
 
 
 class PartialSumsOnly(RigidIonModel):

@@ -13,7 +13,8 @@ from ase.build import bulk
 from nvdd_plugins import Batch
 from nvdd_plugins.geometry import attach_neighbor_list
 from nvdd_plugins.models import PME, BornMayerHuggins, Ewald, RigidIonModel, evaluate_model
-from tests.helpers.ionic import CUTOFF, NACL_CHARGES, TOSI_FUMI, nacl_model, triclinic_nacl
+from nvdd_plugins.models.rigid_ion import NACL_CHARGES, TOSI_FUMI_NACL
+from tests.helpers.ionic import CUTOFF, nacl_model, triclinic_nacl
 
 # the Madelung constant of rock salt per nearest-neighbour distance (Sloane's A085469)
 MADELUNG_ROCK_SALT = 1.7475645946331821906
@@ -21,7 +22,7 @@ NO_SHORT_RANGE = BornMayerHuggins(0.0, 1.0, 0.0, 0.0)
 
 
 def _coulomb_only(electrostatics: Ewald | PME) -> RigidIonModel:
-    pairs = {pair: NO_SHORT_RANGE for pair in TOSI_FUMI}
+    pairs = {pair: NO_SHORT_RANGE for pair in TOSI_FUMI_NACL}
     return RigidIonModel(NACL_CHARGES, pairs, CUTOFF, electrostatics, coulomb_constant=1.0)
 
 
@@ -72,7 +73,7 @@ def test_pme_converges_to_ewald() -> None:
     ewald = Ewald.for_accuracy(CUTOFF, 1e-8)
     out = {}
     for name, electrostatics in (("ewald", ewald), ("pme", PME(ewald.alpha, (48,) * 3, 8))):
-        model = RigidIonModel(NACL_CHARGES, TOSI_FUMI, CUTOFF, electrostatics)
+        model = RigidIonModel(NACL_CHARGES, TOSI_FUMI_NACL, CUTOFF, electrostatics)
         out[name] = evaluate_model(model, Batch.from_atoms(atoms), ("energy", "forces", "stress"))
     assert abs(float(out["pme"]["energy"] - out["ewald"]["energy"])) < 1e-6
     assert float((out["pme"]["forces"] - out["ewald"]["forces"]).abs().max()) < 1e-6
