@@ -70,6 +70,18 @@ c = 1.25, 1, 0.75), sigma = sigma_i + sigma_j (1.170 and 1.585 Å), rho = 0.317 
 from 1e-79 J m^6 and 1e-99 J m^8 (d < 0: the form adds d / r^8)."""
 
 
+def _born(
+    a: torch.Tensor,
+    rho: torch.Tensor,
+    sigma: torch.Tensor,
+    c: torch.Tensor,
+    d: torch.Tensor,
+    r: torch.Tensor,
+) -> torch.Tensor:
+    """`BornMayerHuggins` energies (eV) at distances `r` (Å), coefficients as tensors."""
+    return a * torch.exp((sigma - r) / rho) - c / r**6 + d / r**8
+
+
 def rigid_ion_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
     """The spec of a model with a reciprocal-space sum: `GLOBAL_SUM_ADAPTERS` (owned atoms'
     structure factors or charge mesh, all-reduced), per-atom "charges"; no `n_layers` (the
@@ -89,6 +101,8 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         cutoff: real-space cutoff of the pairs and the screened Coulomb term, Å.
         electrostatics: `Ewald` or `PME` (their `alpha` screens the real-space term).
         coulomb_constant: 1 / (4 pi epsilon_0) in eV Å / e².
+        shift: subtract each Born-Mayer-Huggins pair's energy at the cutoff (LAMMPS's
+            `pair_modify shift yes`), so no energy jumps as pairs cross it in MD.
 
     One fully periodic system per batch. Forces and stress by autograd; per-atom virials
     are not defined (the reciprocal sum is not a sum over pairs).
@@ -101,6 +115,7 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         cutoff: float,
         electrostatics: Ewald | PME,
         coulomb_constant: float = COULOMB_CONSTANT,
+        shift: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(electrostatics, Ewald | PME):
@@ -113,7 +128,8 @@ class RigidIonModel(nn.Module, BaseModelMixin):
             if term is None:
                 raise ValueError(f"no Born-Mayer-Huggins term for the element pair ({za}, {zb})")
             table[:, a, b] = table[:, b, a] = torch.tensor(astuple(term), dtype=torch.float64)
-        self.register_buffer("born_table", table, persistent=False)
+        offset = _born(*table, torch.tensor(float(cutoff))) if shift else torch.zeros_like(table[0])
+        self.register_buffer("born_table", torch.cat([table, offset[None]]), persistent=False)
         self.electrostatics = electrostatics
         self.coulomb_constant = float(coulomb_constant)
         self.model_config = ModelConfig(
@@ -128,9 +144,9 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         self.register_buffer("charge_table", charge_table, persistent=False)
 
     @classmethod
-    def nacl(cls, cutoff: float, electrostatics: Ewald | PME) -> RigidIonModel:
+    def nacl(cls, cutoff: float, electrostatics: Ewald | PME, shift: bool = False) -> RigidIonModel:
         """Rock-salt NaCl: formal charges and Tosi-Fumi pairs (`TOSI_FUMI_NACL`)."""
-        return cls(NACL_CHARGES, TOSI_FUMI_NACL, cutoff, electrostatics)
+        return cls(NACL_CHARGES, TOSI_FUMI_NACL, cutoff, electrostatics, shift=shift)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom energies (eV), the system's energy and per-atom charges (e)."""
@@ -150,11 +166,11 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         within = distances < self.cutoff
         i, j, distances = i[within], j[within], distances[within]
         alpha = self.electrostatics.alpha
-        a, rho, sigma, c, d = self.born_table.to(x.dtype)[:, species[i], species[j]]
+        *born, offset = self.born_table.to(x.dtype)[:, species[i], species[j]]
         pair = self.coulomb_constant * real_space_pair_energies(
             charges[i], charges[j], distances, alpha
         )
-        pair = pair + a * torch.exp((sigma - distances) / rho) - c / distances**6 + d / distances**8
+        pair = pair + _born(*born, distances) - offset
         energies = x.new_zeros(n).index_add_(0, i, 0.5 * pair)  # half of each ordered pair
         per_atom = self_energies(charges, alpha)
         per_atom = per_atom + self.electrostatics.reciprocal_energies(x, charges, inputs.cell[0])
