@@ -9,6 +9,7 @@ from ase.md.velocitydistribution import thermalize_momenta
 
 from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import NVE
 from tests.helpers.ionic import PartialSumsOnly, nacl_model, triclinic_nacl
 from tests.helpers.oracle import (
@@ -22,12 +23,18 @@ from tests.helpers.oracle import (
 
 
 @pytest.mark.parametrize("method", ["ewald", "pme"])
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_reciprocal_sums_are_exact_on_simulated_ranks(method: str, world_size: int) -> None:
+@pytest.mark.parametrize(
+    ("world_size", "strategy"),
+    [(2, StrategyKind.HALO), (4, StrategyKind.HALO), (3, StrategyKind.GRAPH_PARTITION)],
+)
+def test_reciprocal_sums_are_exact_on_simulated_ranks(
+    method: str, world_size: int, strategy: StrategyKind
+) -> None:
     atoms = triclinic_nacl()
     model = nacl_model(method, atoms)
     ref = reference(model, atoms, properties_for(atoms))
-    assert_every_rank_close(world_size, model, atoms, ref, f"{method}@{world_size}")
+    label = f"{method}/{strategy}@{world_size}"
+    assert_every_rank_close(world_size, model, atoms, ref, label, strategy=strategy)
 
 
 @pytest.mark.parametrize("method", ["ewald", "pme"])

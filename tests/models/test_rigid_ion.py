@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from ase.build import bulk
+from ase.neighborlist import neighbor_list
 
 from nvdd_plugins import Batch
 from nvdd_plugins.geometry import attach_neighbor_list
@@ -122,3 +123,18 @@ def test_ewald_accuracy_parameters() -> None:
     ewald = Ewald.for_accuracy(8.0, 1e-6)
     assert math.erfc(ewald.alpha * 8.0) < 1e-6 < 10 * math.erfc(ewald.alpha * 8.0)
     assert math.isclose(math.exp(-(ewald.k_cutoff**2) / (4 * ewald.alpha**2)), 1e-6)
+
+
+def test_shift_subtracts_each_pairs_born_energy_at_the_cutoff() -> None:
+    atoms = triclinic_nacl(repeat=2)
+    ewald = Ewald.for_accuracy(CUTOFF, 1e-5)
+    energies = [
+        float(evaluate_model(model, Batch.from_atoms(atoms), ("energy",))["energy"])
+        for model in (RigidIonModel.nacl(CUTOFF, ewald), RigidIonModel.nacl(CUTOFF, ewald, True))
+    ]
+    i, j = neighbor_list("ij", atoms, CUTOFF)
+    offsets = 0.0
+    for a, b in zip(atoms.numbers[i], atoms.numbers[j], strict=True):
+        t = TOSI_FUMI_NACL.get((a, b)) or TOSI_FUMI_NACL[b, a]
+        offsets += t.a * math.exp((t.sigma - CUTOFF) / t.rho) - t.c / CUTOFF**6 + t.d / CUTOFF**8
+    assert abs(energies[0] - energies[1] - 0.5 * offsets) < 1e-9
