@@ -12,18 +12,16 @@ largest position and energy differences between the two runs.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
 from ase.build import bulk
 from ase.md.velocitydistribution import thermalize_momenta
 from common import write_json
-from nve_drift import TotalEnergy
+from nve_drift import nve_run, side_by_side
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
-from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.dynamics import NVE, NVTLangevin
+from nvdd_plugins import Batch
+from nvdd_plugins.dynamics import NVTLangevin
 from nvdd_plugins.models import PME, Ewald, RigidIonModel
 
 MELT_LATTICE = 6.3  # Å: rock salt at about the density of molten NaCl (1.55 g/cm³)
@@ -51,20 +49,6 @@ def melt(model: RigidIonModel, args: argparse.Namespace) -> Batch:
     return batch
 
 
-def run(model: RigidIonModel, melt_state: Batch, world_size: int, steps: int, dt: float):
-    """Total energies per step and final positions (by global id) at `world_size` ranks."""
-
-    def rank(comm):
-        hook = TotalEnergy()
-        config = DomainConfig(cutoff=model.cutoff, skin=SKIN, mesh=comm)
-        with DomainParallel(NVE(model, dt), config, steps, hooks=[hook]) as dd:
-            dd.partition(melt_state.clone() if comm.rank == 0 else None)
-            dd.run()
-            return hook.values, dd.gather(dd.batch).positions
-
-    return run_simulated(world_size, rank, timeout=7200)[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="pme", choices=["pme", "ewald"])
@@ -84,42 +68,12 @@ def main() -> None:
         f"# molten NaCl NVE, {args.method} ({model.electrostatics}), {n} ions, "
         f"{args.steps} steps of {args.dt} fs, float64"
     )
-    print(f"{'ranks':>5} {'drift/atom[eV]':>15} {'max |dE|/atom[eV]':>18} {'s/step':>8}")
-    results = {}
-    for world_size in (1, 4):
-        start = time.perf_counter()
-        energies, positions = run(model, state, world_size, args.steps, args.dt)
-        seconds = (time.perf_counter() - start) / args.steps
-        drift = (energies[-1] - energies[0]) / n
-        excursion = max(abs(e - energies[0]) for e in energies) / n
-        results[world_size] = {
-            "drift_per_atom": drift,
-            "max_excursion_per_atom": excursion,
-            "seconds_per_step": seconds,
-            "energies": energies,
-            "positions": positions,
-        }
-        print(f"{world_size:5d} {drift:15.3e} {excursion:18.3e} {seconds:8.3f}", flush=True)
-    difference = float((results[1]["positions"] - results[4]["positions"]).abs().max())
-    pairs = zip(results[1]["energies"], results[4]["energies"], strict=True)
-    energy_gap = max(abs(a - b) for a, b in pairs)
-    print(
-        f"1 vs 4 ranks after {args.steps} steps: max |dx| {difference:.2e} Å, "
-        f"max |dE| {energy_gap:.2e} eV"
+    results = side_by_side(
+        lambda world_size: nve_run(model, state, world_size, args.steps, args.dt, SKIN),
+        (1, 4),
+        args.steps,
     )
-    summary = {
-        k: {key: v[key] for key in ("drift_per_atom", "max_excursion_per_atom", "seconds_per_step")}
-        for k, v in results.items()
-    }
-    write_json(
-        args.json,
-        {
-            "args": vars(args),
-            "ranks": summary,
-            "max_position_difference": difference,
-            "max_energy_difference": energy_gap,
-        },
-    )
+    write_json(args.json, {"args": vars(args), **results})
 
 
 if __name__ == "__main__":
