@@ -58,7 +58,8 @@ def side_by_side(
         start = time.perf_counter()
         runs[world_size] = energies, positions = run_at(world_size)
         seconds = (time.perf_counter() - start) / steps
-        summary[world_size] = {**conservation(energies, positions.shape[0]), "seconds_per_step": seconds}
+        summary[world_size] = conservation(energies, positions.shape[0])
+        summary[world_size]["seconds_per_step"] = seconds
         drift, excursion, _ = summary[world_size].values()
         print(f"{world_size:5d} {drift:15.3e} {excursion:18.3e} {seconds:8.3f}", flush=True)
     (e1, x1), (e2, x2) = runs.values()
