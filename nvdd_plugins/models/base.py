@@ -56,11 +56,16 @@ class ModelConfig:
             ("forces" = -dE/dpositions, "stress" = dE/dstrain / volume).
         autograd_inputs: inputs those derivatives are taken with respect to ("positions").
         neighbor_config: the neighbour list to build, or None for a model without one.
+        edge_energy: the energy depends on positions only through the edge vectors, so it
+            has a derivative per edge (per-atom virials, LAMMPS pair forces). False for a
+            model with a term of the positions themselves (a reciprocal-space sum), which
+            then refuses per-edge derivatives instead of leaving that term out.
     """
 
     autograd_outputs: frozenset[str] = frozenset()
     autograd_inputs: frozenset[str] = frozenset()
     neighbor_config: NeighborConfig | None = None
+    edge_energy: bool = True
 
     def __post_init__(self) -> None:
         for name in ("autograd_outputs", "autograd_inputs"):
