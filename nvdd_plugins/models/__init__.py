@@ -24,6 +24,7 @@ from nvdd_plugins.models.evaluate import (
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
+from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper, random_allegro, random_nequip
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.virials import (
@@ -36,6 +37,7 @@ from nvdd_plugins.models.virials import (
 __all__ = [
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
+    "AllegroWrapper",
     "BaseModelMixin",
     "ChunkPlan",
     "ChunkedEvaluator",
@@ -46,6 +48,7 @@ __all__ = [
     "ModelInputs",
     "NeighborConfig",
     "NeighborListFormat",
+    "NequIPWrapper",
     "RadiusGraphMPNN",
     "SevenNetWrapper",
     "SimpleMPNN",
@@ -59,6 +62,8 @@ __all__ = [
     "pair_gradients_of",
     "per_atom_stresses",
     "random_aimnet2",
+    "random_allegro",
     "random_mace",
+    "random_nequip",
     "random_sevennet",
 ]
