@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -48,3 +49,14 @@ STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
 def test_per_atom_stresses_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, STRESSES, timeout=300)
     assert output.count("STRESSES OK") == n_ranks, output
+
+
+NEQUIP = Path(__file__).parent / "mpi_scripts" / "ase_nequip.py"
+
+
+@pytest.mark.nequip
+@pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
+@pytest.mark.parametrize("n_ranks", [2, 4])
+def test_nequip_and_allegro_under_mpirun(n_ranks: int) -> None:
+    output = run_mpi(n_ranks, NEQUIP, timeout=300)
+    assert output.count("NEQUIP ASE OK") == n_ranks, output
