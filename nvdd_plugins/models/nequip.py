@@ -235,7 +235,7 @@ def random_nequip(
         model = NequIPGNNModel(
             **_builder_arguments(species, cutoff, seed, dtype),
             num_layers=num_layers,
-            **{**defaults, **options},
+            **{**defaults, **_unit_scale_shift(species), **options},
         )
     return model.eval()
 
@@ -270,7 +270,7 @@ def random_allegro(
         model = AllegroModel(
             **_builder_arguments(species, cutoff, seed, dtype),
             num_layers=num_layers,
-            **{**defaults, **options},
+            **{**defaults, **_unit_scale_shift(species), **options},
         )
     return model.eval()
 
@@ -286,6 +286,17 @@ def _builder_arguments(
         "model_dtype": {torch.float32: "float32", torch.float64: "float64"}[dtype],
         "r_max": float(cutoff),
         "type_names": [chemical_symbols[z] for z in species],
+    }
+
+
+def _unit_scale_shift(species: Sequence[int]) -> dict[str, dict[str, float]]:
+    """Per-type energy scale 1 and shift 0 (nequip warns when none are given)."""
+    from ase.data import chemical_symbols
+
+    symbols = [chemical_symbols[z] for z in species]
+    return {
+        "per_type_energy_scales": dict.fromkeys(symbols, 1.0),
+        "per_type_energy_shifts": dict.fromkeys(symbols, 0.0),
     }
 
 
