@@ -12,23 +12,10 @@ import pytest
 import torch
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
-from nvdd_plugins.comm import Communicator, run_simulated
-from nvdd_plugins.comm.simulated import SimulatedCommunicator
+from nvdd_plugins.comm import Communicator, CountingCommunicator, run_simulated
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
 from tests.helpers.systems import SYSTEMS
-
-
-class CountingCommunicator(SimulatedCommunicator):
-    """A simulated rank that counts its `exchange` calls."""
-
-    def __init__(self, comm: SimulatedCommunicator) -> None:
-        super().__init__(comm.mesh, comm.rank)
-        self.exchanges = 0
-
-    def exchange(self, *args, **kwargs):
-        self.exchanges += 1
-        return super().exchange(*args, **kwargs)
 
 
 def _steady_counts(model, atoms, world_size: int, steps: int = 3) -> list[list[int]]:
