@@ -13,7 +13,9 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case \
 	tests/models/test_nequip.py tests/multiprocess/test_gloo_nequip.py \
 	tests/distributed_model/test_nequip_simulated.py tests/lammps/test_nequip.py \
-	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case
+	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
+	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
+	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
