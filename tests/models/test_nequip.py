@@ -36,7 +36,12 @@ def test_float64_matches_nequip_calculator(kind: str, system: str) -> None:
         assert float(ref["stress"].abs().max()) > 1e-4  # a stress worth comparing
 
 
-def test_building_a_model_keeps_the_callers_dtype_and_random_state() -> None:
+def test_building_a_model_keeps_the_callers_dtype_and_random_state(monkeypatch) -> None:
+    """nequip's global state (float64 default dtype, every generator seeded) is set up by the
+    first build, as if none had run in this process, and undone for the caller."""
+    import nequip.utils.global_state
+
+    monkeypatch.setattr(nequip.utils.global_state, "_GLOBAL_STATE_INITIALIZED", False)
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
