@@ -24,7 +24,8 @@ from nvdd_plugins.models.evaluate import (
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
-from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper, random_allegro, random_nequip
+from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
+from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.virials import (

@@ -323,10 +323,10 @@ class ModelSpec:
             model = random_sevennet(SPECIES, cutoff=self.cutoff, seed=self.seed)
             return SevenNetWrapper(model)
         if self.kind in ("nequip", "allegro"):
-            from nvdd_plugins.models import nequip
+            from nvdd_plugins import models
 
-            wrapper = nequip.NequIPWrapper if self.kind == "nequip" else nequip.AllegroWrapper
-            build = nequip.random_nequip if self.kind == "nequip" else nequip.random_allegro
+            wrapper = models.NequIPWrapper if self.kind == "nequip" else models.AllegroWrapper
+            build = models.random_nequip if self.kind == "nequip" else models.random_allegro
             return wrapper(build(SPECIES, cutoff=self.cutoff, seed=self.seed))
         if self.kind == "aimnet2":
             from tests.helpers.aimnet_models import torture_aimnet2
