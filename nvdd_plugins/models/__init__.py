@@ -25,6 +25,8 @@ from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
+from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
+from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
@@ -41,6 +43,7 @@ __all__ = [
     "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
+    "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
     "ChunkPlan",
@@ -53,6 +56,7 @@ __all__ = [
     "ModelInputs",
     "NeighborConfig",
     "NeighborListFormat",
+    "NequIPWrapper",
     "RadiusGraphMPNN",
     "RigidIonModel",
     "SevenNetWrapper",
@@ -67,7 +71,9 @@ __all__ = [
     "pair_gradients_of",
     "per_atom_stresses",
     "random_aimnet2",
+    "random_allegro",
     "random_mace",
+    "random_nequip",
     "random_sevennet",
     "rigid_ion_spec",
 ]

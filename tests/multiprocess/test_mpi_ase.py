@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -56,3 +57,14 @@ RIGID_ION = Path(__file__).parent / "mpi_scripts" / "ase_rigid_ion.py"
 def test_ewald_and_pme_under_mpirun() -> None:
     output = run_mpi(2, RIGID_ION, timeout=300)  # 4 ranks: test_gloo_rigid_ion.py
     assert output.count("RIGID ION OK") == 2, output
+
+
+NEQUIP = Path(__file__).parent / "mpi_scripts" / "ase_nequip.py"
+
+
+@pytest.mark.nequip
+@pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
+def test_nequip_and_allegro_under_mpirun() -> None:
+    """2 ranks (1, 2 and 4 real ranks: tests/multiprocess/test_gloo_nequip.py)."""
+    output = run_mpi(2, NEQUIP, timeout=300)
+    assert output.count("NEQUIP ASE OK") == 2, output
