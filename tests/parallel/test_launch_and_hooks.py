@@ -140,3 +140,35 @@ def test_neighbor_list_hook_leaves_the_compute_view_list_alone() -> None:
     for without, with_ in zip(plain, hooked, strict=True):
         assert len(without) == len(with_) == 4
         assert all(torch.equal(a, b) for a, b in zip(without, with_, strict=True))
+
+
+def test_a_collective_hook_on_one_rank_only_is_named_on_every_rank() -> None:
+    """A gathering hook, or a compute-stage hook of the inner integrator, attached on rank 0
+    only would leave rank 1 waiting in a collective: run() refuses it on every rank, naming
+    the hook. A LOCAL hook on one rank is fine."""
+    atoms = _hot_atoms()
+
+    def run(comm, where: str) -> str:
+        model = lj_model()
+        inner = NVE(model, 2.0)
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)
+        with DomainParallel(inner, config, 2) as dd:
+            if comm.rank == 0:
+                if where == "outer":
+                    dd.attach(ThermoLogger(frequency=1, stream=io.StringIO()))
+                elif where == "inner":
+                    inner.attach(lambda ctx, stage: None, stage=DynamicsStage.AFTER_COMPUTE)
+                else:
+                    dd.attach(lambda ctx, stage: None, stage=DynamicsStage.AFTER_STEP)
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            try:
+                dd.run()
+            except ValueError as err:
+                return str(err)
+        return "ran"
+
+    for where, hook in (("outer", "ThermoLogger at AFTER_STEP"), ("inner", "function on the")):
+        for message in run_simulated(2, lambda comm, w=where: run(comm, w), timeout=30):
+            assert "hooks differ between ranks: rank 0 has" in message, message
+            assert hook in message and "rank 1 does not" in message, message
+    assert run_simulated(2, lambda comm: run(comm, "local"), timeout=30) == ["ran", "ran"]
