@@ -16,7 +16,7 @@ from lammps_interface.handle import attached
 from lammps_interface.messages import abort_on_error, notify
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.distributed_model import NonFiniteError
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
 
@@ -24,11 +24,6 @@ _RUNTIME = ("_halo", "_fallback")
 _VIRIAL_PER_ATOM = 0x04 | 0x08
 """LAMMPS's VIRIAL_ATOM | VIRIAL_CENTROID bits of `data.vflag` (force.h): a compute wants
 per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat/flux`)."""
-
-
-def _model_dtype(model: torch.nn.Module) -> torch.dtype:
-    tensors = [*model.parameters(), *model.buffers()]
-    return next((t.dtype for t in tensors if t.is_floating_point()), torch.float64)
 
 
 class MLIAPModel(MLIAPUnified):
@@ -66,7 +61,7 @@ class MLIAPModel(MLIAPUnified):
             raise ValueError(f"element_types must be element symbols, got {list(element_types)}")
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
-        self.dtype = dtype if dtype is not None else _model_dtype(model)
+        self.dtype = dtype or model_dtype(model) or torch.float64
         self.model = model.to(self.dtype)
         spec = model.distribution_spec()
         self.n_layers = n_layers if n_layers is not None else getattr(spec, "n_layers", None)
