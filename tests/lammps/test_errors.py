@@ -85,11 +85,28 @@ def test_units_other_than_metal_are_refused(workdir, systems) -> None:
     assert "LAMMPS runs with `units real`" in output and "use `units metal`" in output
 
 
-def test_atoms_without_ids_are_refused(workdir, systems) -> None:
-    """`atom_modify id no` leaves every id 0; the halo exchange needs them."""
-    case = model_case("no_ids", "lj.pkl", systems["bulk_ar"], 2)
-    script = ATTACH_LINES + case.block().replace(
-        "atom_modify map array sort 10 1.0", "atom_modify id no"
+def test_atoms_without_ids_are_refused(workdir) -> None:
+    """`atom_modify id no` (a data file with every id 0, an orthogonal box: LAMMPS itself
+    needs ids for triclinic neighbour lists and sorted dumps): the halo exchange needs ids."""
+    from ase.build import bulk
+
+    from tests.lammps.lammps_io import write_data
+
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(3)
+    write_data(workdir / "cubic_ar.data", atoms, ("Ar",))
+    header, _, rows = (workdir / "cubic_ar.data").read_text().partition("Atoms # atomic\n")
+    rows = "\n".join("0" + row[row.index(" ") :] if row else row for row in rows.split("\n"))
+    (workdir / "no_ids.data").write_text(header + "Atoms # atomic\n" + rows)
+    script = ATTACH_LINES + "\n".join(
+        [
+            "units metal",
+            "atom_style atomic",
+            "atom_modify id no",
+            "read_data no_ids.data",
+            "pair_style mliap unified lj.pkl 0",
+            "pair_coeff * * Ar",
+            "run 0",
+        ]
     )
     (workdir / "in.no_ids").write_text(script)
     code, output = run_lmp(2, workdir / "in.no_ids", workdir, timeout=60)
