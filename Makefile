@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: install install-sevenn demo test lint benchmarks
+.PHONY: install install-sevenn demo test test-all lint benchmarks
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ demo: install
 test: install install-sevenn
 	$(PY) -m pytest
 	$(PY_SEVENN) -m pytest $(SEVENN_TESTS)
+
+# the CI subset plus the tests marked slow (long sweeps, heavy compiles)
+test-all: export NVDD_ALL_TESTS = 1
+test-all: test
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -48,6 +48,12 @@ class DomainConfig:
         halo_layers: ghost shell thickness in cutoffs; None: one, or with `chunk_atoms` the
             model's message-passing layers (`MLIPSpec.n_layers`; give it here for a model
             whose spec does not declare them).
+        grid_dims: nvalchemi's name of `grid`.
+        mesh_dim: with a multi-dimensional `DeviceMesh` as `mesh`, the name of the dimension
+            to decompose over (the mesh becomes `mesh[mesh_dim]`).
+        ghost_width: nvalchemi's ghost shell width, Å; nvdd's is `halo_width`
+            (halo_layers x cutoff + skin, exact with a per-layer refresh), so a wider one
+            changes nothing and a thinner one is refused.
     """
 
     cutoff: float
@@ -62,8 +68,17 @@ class DomainConfig:
     strict: bool = False
     chunk_atoms: int | Literal["auto"] | None = None
     halo_layers: int | None = None
+    grid_dims: InitVar[tuple[int, int, int] | None] = None
+    mesh_dim: InitVar[str | None] = None
+    ghost_width: InitVar[float | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(
+        self,
+        grid_dims: tuple[int, int, int] | None,
+        mesh_dim: str | None,
+        ghost_width: float | None,
+    ) -> None:
+        self._nvalchemi_names(grid_dims, mesh_dim, ghost_width)
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):
             raise ValueError(f"cutoff must be a positive number of Å, got {self.cutoff!r}")
         if not (math.isfinite(self.skin) and self.skin >= 0):
@@ -96,6 +111,28 @@ class DomainConfig:
                     "chunk_atoms (sub-domains evaluated in chunks) needs the halo strategy "
                     "and an eager forward (compile=False)"
                 )
+
+    def _nvalchemi_names(
+        self,
+        grid_dims: tuple[int, int, int] | None,
+        mesh_dim: str | None,
+        ghost_width: float | None,
+    ) -> None:
+        """Take nvalchemi's `grid_dims`, `mesh_dim` and `ghost_width`."""
+        if grid_dims is not None:
+            if self.grid is not None:
+                raise ValueError("give grid or grid_dims (the same setting), not both")
+            self.grid = grid_dims
+        if mesh_dim is not None:
+            if self.mesh is None or not hasattr(self.mesh, "mesh_dim_names"):
+                raise ValueError(f"mesh_dim={mesh_dim!r} needs a DeviceMesh with named dimensions")
+            self.mesh = self.mesh[mesh_dim]
+        if ghost_width is not None and ghost_width < self.halo_width:
+            raise ValueError(
+                f"ghost_width={ghost_width} Å is thinner than the ghost shell nvdd needs, "
+                f"halo_width = {self.halo_width:g} Å ((halo_layers or 1) x cutoff + skin): "
+                "leave ghost_width out"
+            )
 
     @property
     def halo_width(self) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+import ase.io
 import pytest
 
 from tests.helpers.multiprocess import REPO, run_command, run_mpi
@@ -20,49 +21,70 @@ MODELS = [
 ]
 
 
+# Every example that DomainParallel runs on ranks, under both launchers it advertises: torchrun
+# and `mpirun -n 2 python -m mpi4py` (where ASE's collectives turn rank-0-only code into hangs).
+LAUNCHERS = ["torchrun", "mpirun"]
+
+
 def _ok(command: list[str], timeout: float) -> str:
     code, output = run_command(command, REPO, timeout)
     assert code == 0, output
     return output
 
 
+def _on_two_ranks(launcher: str, script: str, *args: str, timeout: float = 240) -> str:
+    """Run `examples/distributed/<script> args` on 2 ranks under `launcher`; its output."""
+    path = EXAMPLES / "distributed" / script
+    if launcher == "mpirun":
+        return run_mpi(2, path, *args, timeout=timeout)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    return _ok([*torchrun, str(path), *args], timeout)
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_distributed_nvt_under_torchrun(model: str) -> None:
-    script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--cells", "3"], 240)
+    args = ["--model", model, "--steps", "10", "--cells", "3"]
+    output = _on_two_ranks("torchrun", "03_mace_nvt_distributed.py", *args)
     assert "done: 10 steps" in output and "T[K]" in output
+
+
+def test_distributed_nvt_with_trajectory_under_mpirun(tmp_path) -> None:
+    trajectory = tmp_path / "md.traj"
+    args = ["--model", "lj", "--steps", "20", "--cells", "3", "--trajectory", str(trajectory)]
+    output = _on_two_ranks("mpirun", "03_mace_nvt_distributed.py", *args)
+    assert "rank 1/2" in output and "done: 20 steps" in output
+    frames = ase.io.read(trajectory, ":")
+    assert len(frames) == 2 and all(len(frame) == 108 for frame in frames)
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_distributed_npt_under_torchrun(model: str) -> None:
-    script = EXAMPLES / "distributed" / "06_mace_npt_distributed.py"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    output = _ok([*torchrun, str(script), "--model", model, "--steps", "10", "--anisotropic"], 240)
+    args = ["--model", model, "--steps", "10", "--anisotropic"]
+    output = _on_two_ranks("torchrun", "06_mace_npt_distributed.py", *args)
     assert "done: 10 steps, 12 integrator all-reduces" in output and "P[GPa]" in output
 
 
-def test_fire_nvt_pipeline_under_torchrun() -> None:
-    script = EXAMPLES / "distributed" / "07_fire_nvt_dd.py"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    output = _ok([*torchrun, str(script), "--systems", "2", "--steps", "20"], 240)
+def test_distributed_npt_under_mpirun() -> None:
+    args = ["--model", "lj", "--steps", "10", "--anisotropic"]
+    output = _on_two_ranks("mpirun", "06_mace_npt_distributed.py", *args)
+    assert "done: 10 steps, 12 integrator all-reduces" in output and "P[GPa]" in output
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_fire_nvt_pipeline(launcher: str) -> None:
+    args = ["--systems", "2", "--steps", "20"]
+    output = _on_two_ranks(launcher, "07_fire_nvt_dd.py", *args)
     assert "FIRE steps" in output and "done: 2 systems relaxed and run" in output
     assert "one-rank mesh" not in output
 
 
-def test_chunked_subdomains_under_torchrun() -> None:
-    script = EXAMPLES / "distributed" / "08_chunked_subdomains.py"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
-    output = _ok([*torchrun, str(script), "--cells", "6", "--chunk-atoms", "900"], 240)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_chunked_subdomains(launcher: str) -> None:
+    args = ["--cells", "6", "--chunk-atoms", "900"]
+    output = _on_two_ranks(launcher, "08_chunked_subdomains.py", *args)
     assert "rank 1: " in output and " chunks of at most " in output
     difference = float(output.split("without chunks: ")[1].split(" Å")[0])
     assert difference < 1e-10 and "done: 5 steps, 864 atoms" in output
-
-
-def test_distributed_nvt_under_mpirun() -> None:
-    script = EXAMPLES / "distributed" / "03_mace_nvt_distributed.py"
-    output = run_mpi(2, script, "--model", "lj", "--steps", "10", "--cells", "3", timeout=240)
-    assert "rank 1/2" in output and "done: 10 steps" in output
 
 
 def test_byo_model_example() -> None:

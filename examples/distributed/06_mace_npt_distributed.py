@@ -3,6 +3,7 @@ with Lennard-Jones), domain-decomposed.
 
     torchrun --nproc_per_node=2 examples/distributed/06_mace_npt_distributed.py [--steps 100]
     torchrun --nproc_per_node=2 examples/distributed/06_mace_npt_distributed.py --model lj
+    mpirun -n 2 python -m mpi4py examples/distributed/06_mace_npt_distributed.py --model lj
 
 The thermostat and barostat need the whole system's kinetic energy (and, anisotropic, its
 kinetic stress): `NPT` declares them as partial sums and `DomainParallel` reduces them with

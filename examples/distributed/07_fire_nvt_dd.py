@@ -3,6 +3,7 @@ Nosé–Hoover NVT, each stage domain-decomposed over its own ranks.
 
     torchrun --nproc_per_node=2 examples/distributed/07_fire_nvt_dd.py   # 2 stages x 1 rank
     torchrun --nproc_per_node=4 examples/distributed/07_fire_nvt_dd.py   # 2 stages x 2 ranks
+    mpirun -n 2 python -m mpi4py examples/distributed/07_fire_nvt_dd.py  # or any launcher
 
 Several perturbed argon crystals (Lennard-Jones) enter stage 0; while stage 1 runs MD on
 system k, stage 0 already relaxes system k + 1. FIRE's convergence is decided mesh-wide
@@ -17,6 +18,7 @@ import argparse
 import numpy as np
 from ase.build import bulk
 from ase.md.velocitydistribution import thermalize_momenta
+from ase.parallel import DummyMPI
 from torch.distributed.device_mesh import init_device_mesh
 
 from nvdd_plugins import Batch, DistributedManager
@@ -32,7 +34,8 @@ def build_systems(count: int, cells: int, temperature: float) -> list[Batch]:
         rng = np.random.default_rng(seed)
         atoms = bulk("Ar", "fcc", a=5.3, cubic=True) * (cells, cells, cells)
         atoms.positions += rng.normal(scale=0.2, size=atoms.positions.shape)
-        thermalize_momenta(atoms, temperature_K=temperature, rng=rng)
+        # Built on rank 0 only: ASE's default comm would make this an MPI collective.
+        thermalize_momenta(atoms, temperature_K=temperature, rng=rng, comm=DummyMPI())
         systems.append(Batch.from_atoms(atoms))
     return systems
 
@@ -72,8 +75,10 @@ def main() -> None:
             f"({stages[mesh.stage].name}), domain rank {mesh.domain.rank}/{mesh.domain.size}",
             flush=True,
         )
-        systems = build_systems(args.systems, args.cells, args.temperature)
-        finished = pipeline.run(systems if manager.rank == 0 else None)
+        systems = None
+        if manager.rank == 0:
+            systems = build_systems(args.systems, args.cells, args.temperature)
+        finished = pipeline.run(systems)
         if mesh.stage == 0 and pipeline.is_stage_root:
             print(f"{'system':>6} {'FIRE steps':>10} {'converged':>9}")
             for index, record in enumerate(pipeline.records):

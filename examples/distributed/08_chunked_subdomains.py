@@ -2,6 +2,7 @@
 than the devices hold together, with the same results.
 
     torchrun --nproc_per_node=2 examples/distributed/08_chunked_subdomains.py     # CPU, forced
+    mpirun -n 2 python -m mpi4py examples/distributed/08_chunked_subdomains.py    # the same
     torchrun --nproc_per_node=2 examples/distributed/08_chunked_subdomains.py --model mace \
         --cells 60 --chunk-atoms auto                                             # GPUs
 
@@ -19,7 +20,8 @@ import argparse
 import ase.build
 import numpy as np
 import torch
-from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+from ase.md.velocitydistribution import thermalize_momenta
+from ase.parallel import DummyMPI
 
 from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel
 from nvdd_plugins.dynamics import NVE
@@ -30,7 +32,9 @@ def crystal(cells: int) -> Batch:
     """A rattled periodic fcc Cu crystal of 4 * cells**3 atoms with 300 K velocities."""
     atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat(cells)
     atoms.rattle(0.05, seed=0)
-    MaxwellBoltzmannDistribution(atoms, temperature_K=300.0, rng=np.random.default_rng(0))
+    # Only rank 0 builds the system: ASE's default comm (its MPI world under mpirun) would
+    # make this a collective that the other ranks never join.
+    thermalize_momenta(atoms, temperature_K=300.0, rng=np.random.default_rng(0), comm=DummyMPI())
     return Batch.from_atoms(atoms)
 
 

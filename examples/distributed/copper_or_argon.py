@@ -9,11 +9,11 @@ import argparse
 import numpy as np
 import torch
 from ase.build import bulk
+from ase.md.velocitydistribution import thermalize_momenta
+from ase.parallel import DummyMPI
 
-from nvdd_plugins import AtomicData, Batch, DistributedManager, DomainParallel
+from nvdd_plugins import Batch, DistributedManager, DomainParallel
 from nvdd_plugins.models import BaseModelMixin, LennardJonesModel, MACEWrapper, random_mace
-
-KB_EV_PER_K = 8.617333262e-5
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, cells: int) -> None:
@@ -41,21 +41,13 @@ def load_model(
     return model.to(device), element, lattice, dt
 
 
-def build_full_system(element: str, lattice: float, cells: int, temperature: float) -> AtomicData:
+def build_full_system(element: str, lattice: float, cells: int, temperature: float) -> Batch:
     """fcc crystal of `cells`^3 conventional cells with Maxwell-Boltzmann velocities."""
     atoms = bulk(element, "fcc", a=lattice, cubic=True) * (cells, cells, cells)
-    masses = atoms.get_masses()
+    # Rank 0 alone builds it: ASE's default comm would make the draw an MPI collective.
     rng = np.random.default_rng(0)
-    sigma = np.sqrt(KB_EV_PER_K * temperature / masses)[:, None]
-    data = AtomicData(
-        positions=torch.tensor(atoms.positions),
-        atomic_numbers=torch.tensor(atoms.numbers),
-        atomic_masses=torch.tensor(masses),
-        cell=torch.tensor(atoms.cell.array).unsqueeze(0),
-        pbc=torch.tensor(atoms.pbc),
-    )
-    data.add_node_property("velocities", torch.tensor(rng.normal(size=(len(atoms), 3)) * sigma))
-    return data
+    thermalize_momenta(atoms, temperature_K=temperature, rng=rng, comm=DummyMPI())
+    return Batch.from_atoms(atoms)
 
 
 def partition_crystal(
@@ -69,8 +61,8 @@ def partition_crystal(
     """Build the crystal on rank 0, partition it, print this rank's share; returns it."""
     full = None
     if manager.rank == 0:
-        data = build_full_system(element, lattice, args.cells, args.temperature)
-        full = Batch.from_data_list([data], device=manager.device).to(dtype=dtype)
+        full = build_full_system(element, lattice, args.cells, args.temperature)
+        full = full.to(manager.device, dtype)
     owned = dynamics.partition(full)
     print(f"rank {manager.rank}/{manager.world_size}: {owned.num_nodes} atoms", flush=True)
     return owned

@@ -62,12 +62,37 @@ class Communicator(ABC):
         return [int(row[0, self.rank]) for row in table]
 
     def gather_by_id(
-        self, ids: torch.Tensor, fields: Mapping[str, torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        """Every rank's rows of `fields`, concatenated and ordered by the rows' global `ids`,
-        identical on every rank (collective)."""
-        order = torch.argsort(torch.cat(self.all_gather(ids)))
-        return {name: torch.cat(self.all_gather(value))[order] for name, value in fields.items()}
+        self, ids: torch.Tensor, fields: Mapping[str, torch.Tensor], dst: int | None = None
+    ) -> dict[str, torch.Tensor] | None:
+        """Every rank's rows of `fields`, concatenated and ordered by the rows' global `ids`
+        (collective). With `dst` None the result is identical on every rank (an all-gather);
+        with `dst` each rank sends its rows to `dst` only, which returns them, and the others
+        return None (one collective of row counts, then point-to-point messages)."""
+        if dst is None:
+            order = torch.argsort(torch.cat(self.all_gather(ids)))
+            return {n: torch.cat(self.all_gather(v))[order] for n, v in fields.items()}
+        rows = self._rows_to(dst, [ids, *fields.values()])
+        if rows is None:
+            return None
+        order = torch.argsort(rows[0])
+        return {name: value[order] for name, value in zip(fields, rows[1:], strict=True)}
+
+    def _rows_to(self, dst: int, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+        """Each of `tensors` (one row count per rank) concatenated over the ranks in rank
+        order, on `dst`; None elsewhere."""
+        if not 0 <= dst < self.size:
+            raise ValueError(f"dst must be a rank of this group (0..{self.size - 1}), got {dst}")
+        count = int(tensors[0].shape[0])
+        incoming = self.all_to_all_counts([count if q == dst else 0 for q in range(self.size)])
+        recv_counts = {q: c for q, c in enumerate(incoming) if c > 0 and q != self.rank}
+        sends = count > 0 and self.rank != dst
+        gathered = []
+        for value in tensors:
+            received = self.exchange({dst: value} if sends else {}, recv_counts, value)
+            if self.rank == dst:
+                received[dst] = value
+                gathered.append(torch.cat([received[q] for q in sorted(received)]))
+        return gathered if self.rank == dst else None
 
     def scatter_rows(
         self,

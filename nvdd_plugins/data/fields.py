@@ -103,6 +103,8 @@ def validate_field(
         return value.long()
     if spec.level is FieldLevel.SYSTEM and tuple(value.shape) == spec.trailing:
         value = value.unsqueeze(0)  # one system given without its leading axis
+    if spec.level is FieldLevel.SYSTEM and not spec.trailing and tuple(value.shape) == (count, 1):
+        value = value.reshape(count)  # a scalar per system as a column (nvalchemi's energy)
     expected = (count, *spec.trailing)
     if tuple(value.shape) != expected:
         raise ValueError(

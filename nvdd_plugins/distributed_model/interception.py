@@ -129,10 +129,11 @@ class HaloInterceptionMode(TorchFunctionMode):
     ) -> None:
         super().__init__()
         self.ctx, self.check_indices, self.strict = ctx, check_indices, strict
-        self.adapters: dict[Any, OpAdapter] = {adapter.op: adapter for adapter in custom_ops}
-        for adapter in custom_ops:  # an overload's adapter also covers its packet
-            if hasattr(adapter.op, "overloadpacket"):
-                self.adapters.setdefault(adapter.op.overloadpacket, adapter)
+        ops = [(adapter.resolved_op(), adapter) for adapter in custom_ops]
+        self.adapters: dict[Any, OpAdapter] = dict(ops)
+        for op, adapter in ops:  # an overload's adapter also covers its packet
+            if hasattr(op, "overloadpacket"):
+                self.adapters.setdefault(op.overloadpacket, adapter)
         self._stale: dict[int, weakref.ref[torch.Tensor]] = {}
 
     def __torch_function__(

@@ -8,6 +8,7 @@ returns), so kinetic energy 1/2 m v^2 is in eV.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -28,6 +29,8 @@ from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 __all__ = ["BaseDynamics", "Evaluator"]
 
 logger = logging.getLogger(__name__)
+
+_RESULTS = ("energy", "forces", "stress")  # the model results a dynamics keeps on the batch
 
 
 class Evaluator(Protocol):
@@ -80,6 +83,7 @@ class BaseDynamics:
         self.reducer: SumReducer = local_sums
         self.step_count = 0
         self.results: dict[str, torch.Tensor] = {}
+        self._evaluated: weakref.ref[torch.Tensor] | None = None  # the forces it computed last
         self._hooks: list[AttachedHook] = []
         for hook in hooks:
             self.attach(hook)
@@ -162,14 +166,34 @@ class BaseDynamics:
         batch.energy = self.results["energy"]
         if "stress" in self.results:
             batch.stress = self.results["stress"]
+        self._evaluated = weakref.ref(batch.forces)
         if self._due(DynamicsStage.AFTER_COMPUTE):
             self.fire(DynamicsStage.AFTER_COMPUTE, self.evaluator.compute_view(batch))
 
-    def prepare(self, batch: Batch) -> None:
-        """Check fields and compute the initial forces (and what else `compute_properties`
-        names) if the batch lacks them."""
-        self.check_fields(batch)
+    def has_current_forces(self, batch: Batch) -> bool:
+        """Whether `batch` carries what `compute_properties` names and its forces are the
+        ones this dynamics computed last (or was told to trust by `mark_forces_current`)."""
         if any(name not in batch for name in self.compute_properties):
+            return False
+        return self._evaluated is not None and self._evaluated() is batch.forces
+
+    def mark_forces_current(self, batch: Batch) -> None:
+        """Trust the energy and forces (and stress) `batch` carries as the model's values at
+        its current positions and cell, so the next step starts from them instead of
+        evaluating the model. Only for values that are current (a restart, or forces just
+        computed by the same model); placeholders (zeros) must never be marked."""
+        missing = [name for name in self.compute_properties if name not in batch]
+        if missing:
+            raise ValueError(f"mark_forces_current: the batch has no {missing} to trust")
+        self.results = {name: batch.get(name) for name in _RESULTS if name in batch}
+        self._evaluated = weakref.ref(batch.forces)
+
+    def prepare(self, batch: Batch) -> None:
+        """Check fields, and evaluate the model unless the batch's forces are current
+        (`has_current_forces`): energy or forces a batch was built with — zeros as
+        placeholders, or values of other positions — are never used as they are."""
+        self.check_fields(batch)
+        if not self.has_current_forces(batch):
             self.compute(batch)
 
     def step(self, batch: Batch) -> None:
@@ -182,8 +206,15 @@ class BaseDynamics:
         self.step_count += 1
         self.fire(DynamicsStage.AFTER_STEP, batch)
 
-    def run(self, batch: Batch, n_steps: int) -> Batch:
-        """`n_steps` steps (stops early when an optimizer converges); returns the batch."""
+    def run(self, batch: Batch, n_steps: int, forces_current: bool = False) -> Batch:
+        """`n_steps` steps (stops early when an optimizer converges); returns the batch.
+
+        The first step evaluates the model unless the batch carries forces this dynamics
+        computed; `forces_current=True` trusts the energy and forces the batch was given
+        instead (see `mark_forces_current`).
+        """
+        if forces_current:
+            self.mark_forces_current(batch)
         for _ in range(int(n_steps)):
             self.step(batch)
             if self.is_converged(batch):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ase.units
@@ -17,6 +18,30 @@ from nvdd_plugins.models import BaseModelMixin
 __all__ = ["FIRE"]
 
 VELOCITY_FIELD = "fire_velocities"
+
+# nvalchemi's spellings of FIRE's parameters (same meaning and units)
+NVALCHEMI_NAMES = {"f_alpha": "fa", "f_inc": "finc"}
+
+
+def accepts_nvalchemi_names(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` that also takes nvalchemi's spellings of its keyword arguments
+    (`NVALCHEMI_NAMES`), and refuses its `dt_max`, which was in ASE time units, not fs."""
+
+    @functools.wraps(init)
+    def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "dt_max" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__} takes dt and dtmax in fs, not dt_max in ASE time units: "
+                "pass dtmax=dt_max / ase.units.fs (and dt in fs too)"
+            )
+        for other, name in NVALCHEMI_NAMES.items():
+            if other in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{type(self).__name__} got both {other} and {name}")
+                kwargs[name] = kwargs.pop(other)
+        init(self, *args, **kwargs)
+
+    return renamed
 
 
 class FIRE(BaseDynamics):
@@ -36,11 +61,13 @@ class FIRE(BaseDynamics):
         maxstep: longest displacement of the whole system per step, Å (ASE's rule: the norm
             over all atoms).
         dtmax: largest step, fs (ASE's default 1.0 ASE time units).
-        n_min, finc, fdec, astart, fa: ASE's `Nmin`, `finc`, `fdec`, `astart`, `fa`.
+        n_min, finc, fdec, astart, fa: ASE's `Nmin`, `finc`, `fdec`, `astart`, `fa`
+            (`f_inc` and `f_alpha` are accepted for `finc` and `fa`).
     """
 
     global_convergence = True
 
+    @accepts_nvalchemi_names
     def __init__(
         self,
         model: BaseModelMixin,

@@ -9,6 +9,8 @@ from typing import TextIO
 import ase.io
 import ase.units
 from ase.calculators.singlepoint import SinglePointCalculator
+from ase.io import Trajectory
+from ase.io.formats import filetype
 
 from nvdd_plugins.dynamics.stages import DynamicsStage, HookContext
 from nvdd_plugins.geometry import VerletNeighborList
@@ -107,5 +109,12 @@ class TrajectoryWriter:
                 energy=float(batch.energy[g]),
                 forces=batch.forces[lo:hi].detach().cpu().numpy(),
             )
-        ase.io.write(self.path, frames, append=not self._first)
+        # Under mpirun ASE's defaults would make both writes a collective over its MPI world
+        # that the other ranks never join (a RANK_ZERO hook runs on rank 0 only).
+        if filetype(self.path, read=False) == "traj":  # ase.io.write(append=True) keeps frame 1
+            with Trajectory(self.path, "w" if self._first else "a", master=True) as out:
+                for atoms in frames:
+                    out.write(atoms)
+        else:
+            ase.io.write(self.path, frames, append=not self._first, parallel=False)
         self._first = False

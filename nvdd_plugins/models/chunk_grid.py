@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,12 +13,25 @@ import torch
 
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
 
-__all__ = ["ChunkPlan", "chunk_rows", "fitting_chunks", "measured_row_limit", "partitioned"]
+__all__ = [
+    "WARNED_WORK",
+    "ChunkPlan",
+    "chunk_rows",
+    "fitting_chunks",
+    "measured_row_limit",
+    "partitioned",
+]
+
+logger = logging.getLogger(__name__)
 
 Grid = tuple[int, int, int]
 # Share of the free device memory a chunk may use when the chunk size is chosen for the user.
 _MEMORY_FRACTION = 0.8
 _PROBE_ROWS = 4096
+# Rows the chunks evaluate, relative to the system in one piece (its own shell of periodic
+# images or a rank's ghosts included), beyond which a new grid is reported: the chunks'
+# ghost shells are then most of the work.
+WARNED_WORK = 2.0
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,12 @@ class ChunkPlan:
     @property
     def redundancy(self) -> float:
         """Rows evaluated per atom of the system, minus one: the shell's extra work."""
-        return sum(self.rows) / max(self.n_atoms, 1) - 1.0
+        return self.work - 1.0
+
+    @property
+    def work(self) -> float:
+        """Rows evaluated per atom of the system."""
+        return sum(self.rows) / max(self.n_atoms, 1)
 
 
 def partitioned(
@@ -69,13 +88,40 @@ def fitting_chunks(
 ) -> tuple[SpatialPartitioner, GhostImages]:
     """Chunks whose rows all fit `limit`, counting only chunks that hold one of the first
     `n_targets` atoms: from `start` (e.g. the last grid that fitted), the longest chunk edge
-    is split until they fit. Raises ValueError when the shell alone is too big."""
+    is split until they fit. A new grid whose chunks evaluate more than `WARNED_WORK` times
+    the rows of the system in one piece is reported with the limit that keeps within it.
+    Raises ValueError when the shell alone is too big."""
     widths = frame.widths.tolist()
     grid = list(start)
+    one_piece = None  # rows per atom of the system in one piece, once a new grid is sought
+    within = None  # the largest chunk of the finest grid tried within WARNED_WORK
     while True:
         partitioner, images = partitioned(frame, positions, tuple(grid), shell)
-        largest = max(ChunkPlan.of(partitioner, images, n_targets).rows, default=0)
+        plan = ChunkPlan.of(partitioner, images, n_targets)
+        largest = max(plan.rows, default=0)
+        if one_piece is None:
+            if largest <= limit:
+                return partitioner, images
+            one_piece = (
+                plan.work
+                if grid == [1, 1, 1]
+                else _one_piece_work(frame, positions, n_targets, shell)
+            )
+        cost = plan.work / one_piece
+        within = largest if cost <= WARNED_WORK else within
         if largest <= limit:
+            if cost > WARNED_WORK:
+                logger.warning(
+                    "chunks of at most %d rows: grid %s evaluates %d rows for %d atoms, %.1fx "
+                    "the system in one piece; the ghost shells (%g Å) dominate%s",
+                    limit,
+                    tuple(grid),
+                    sum(plan.rows),
+                    n_targets,
+                    cost,
+                    shell,
+                    f"; chunks of {within} rows keep it within {WARNED_WORK:g}x" if within else "",
+                )
             return partitioner, images
         edges = [w / g for w, g in zip(widths, grid, strict=True)]
         axis = max(range(3), key=edges.__getitem__)
@@ -85,6 +131,14 @@ def fitting_chunks(
                 f"shell keeps {largest} rows"
             )
         grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
+
+
+def _one_piece_work(
+    frame: DecompositionFrame, positions: torch.Tensor, n_targets: int, shell: float
+) -> float:
+    """Rows per target atom of the system as one chunk."""
+    partitioner, images = partitioned(frame, positions, (1, 1, 1), shell)
+    return ChunkPlan.of(partitioner, images, n_targets).work
 
 
 def measured_row_limit(

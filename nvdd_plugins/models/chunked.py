@@ -201,7 +201,7 @@ class ChunkedEvaluator:
             )
         except ValueError as err:
             raise ValueError(
-                f"{err} ({self.n_layers} x {self.model.cutoff:g} Å): raise max_atoms"
+                f"{err} (shell {self.n_layers} x {self.model.cutoff:g} Å): raise max_atoms"
             ) from None
         if self._grid_hint != tuple(partitioner.grid):
             logger.info("chunk grid %s for at most %d rows", partitioner.grid, limit)

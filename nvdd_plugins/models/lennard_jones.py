@@ -9,33 +9,9 @@ import nvdd_plugins.kernels  # noqa: F401  (registers torch.ops.nvdd.lennard_jon
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
-from nvdd_plugins.spec import (
-    ENERGY_KINDS,
-    DistributionSpec,
-    HaloStoragePolicy,
-    MLIPSpec,
-    OpAdapter,
-    ScatterOutputs,
-    for_strategy,
-)
+from nvdd_plugins.spec import SPEC_LJ_HALO, MLIPSpec, for_strategy
 
 __all__ = ["SPEC_LJ_HALO", "LennardJonesModel"]
-
-SPEC_LJ_HALO = MLIPSpec(
-    distribution=DistributionSpec(
-        policy=HaloStoragePolicy(),
-        custom_ops=(
-            OpAdapter(
-                op=torch.ops.nvdd.lennard_jones.default,
-                output_transforms={0: ScatterOutputs(), 1: ScatterOutputs(), 2: ScatterOutputs()},
-            ),
-        ),
-    ),
-    output_kinds=ENERGY_KINDS,
-    n_layers=1,
-)
-"""The shipped Lennard-Jones kernel (`nvdd::lennard_jones`, forces computed inside the op):
-its per-atom outputs are complete on owned rows and halo-corrected on ghost rows."""
 
 
 class LennardJonesModel(nn.Module, BaseModelMixin):

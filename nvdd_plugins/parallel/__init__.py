@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from nvdd_plugins.parallel.domain_parallel import DomainParallel, HookScope
 from nvdd_plugins.parallel.manager import DistributedManager
-from nvdd_plugins.parallel.pipeline import DomainPipeline, PipelineMesh, Stage
+from nvdd_plugins.parallel.pipeline import DistributedPipeline, DomainPipeline, PipelineMesh, Stage
 
 __all__ = [
     "DistributedManager",
+    "DistributedPipeline",
     "DomainParallel",
     "DomainPipeline",
     "HookScope",

@@ -52,7 +52,6 @@ logger = logging.getLogger(__name__)
 CheckpointPath = str | os.PathLike[str]
 
 _FIELD = "field:"  # prefix of the batch's per-atom fields among the gathered tensors
-_RESULTS = ("energy", "forces", "stress")  # the model results that BaseDynamics keeps on the batch
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -75,7 +74,7 @@ def save_domain_checkpoint(
     per_atom["owner"] = torch.full_like(ids, comm.rank)
     if usable:
         per_atom["reference_positions"] = reference[0]
-    gathered = comm.gather_by_id(ids, per_atom)
+    gathered = comm.gather_by_id(ids, per_atom, dst=0)
     capacities = torch.cat(comm.all_gather(torch.tensor([state["capacities"]])))
     problem = None
     if comm.rank == 0:
@@ -206,7 +205,8 @@ def restore_domain_checkpoint(
             type(dynamics).__name__,
         )
     dynamics.load_state_dict(meta["dynamics"]["state"])
-    dynamics.results = {name: owned.get(name) for name in _RESULTS if name in owned}
+    if all(name in owned for name in dynamics.compute_properties):
+        dynamics.mark_forces_current(owned)  # the saved run's forces at these positions
     logger.info(
         "rank %d: restored %d atoms at step %d", comm.rank, owned.num_nodes, dynamics.step_count
     )

@@ -179,9 +179,14 @@ class DomainParallel:
 
     # -- stepping -------------------------------------------------------------------------
     @notes_failures
-    def gather(self, batch: Batch) -> Batch:
-        """The full system, ordered by global id, assembled from every rank (collective)."""
-        fields = self.comm.gather_by_id(batch.global_ids, dict(batch.fields(FieldLevel.NODE)))
+    def gather(self, batch: Batch, dst: int | None = None) -> Batch | None:
+        """The full system, ordered by global id, assembled from every rank (collective): on
+        every rank, or with `dst` on that rank only (the others get None and receive no
+        atoms)."""
+        nodes = dict(batch.fields(FieldLevel.NODE))
+        fields = self.comm.gather_by_id(batch.global_ids, nodes, dst)
+        if fields is None:
+            return None
         system = dict(batch.fields(FieldLevel.SYSTEM))
         n = int(fields["global_ids"].shape[0])
         return Batch(fields, {}, system, torch.tensor([0, n], device=batch.device))
@@ -191,7 +196,12 @@ class DomainParallel:
         due = [(entry, scope) for entry, scope in self._hooks if entry.due(stage, step)]
         if not due:
             return
-        full = self.gather(batch) if any(s is not HookScope.LOCAL for _, s in due) else None
+        scopes = {scope for _, scope in due}
+        full = None
+        if HookScope.GLOBAL in scopes:
+            full = self.gather(batch)
+        elif HookScope.RANK_ZERO in scopes:
+            full = self.gather(batch, dst=0)
         for entry, scope in due:
             if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
                 continue
@@ -207,8 +217,10 @@ class DomainParallel:
                 )
 
     @notes_failures
-    def step(self, batch: Batch | None = None) -> None:
-        """One step of the inner dynamics on this rank's atoms, with the outer hooks."""
+    def step(self, batch: Batch | None = None) -> tuple[Batch, bool]:
+        """One step of the inner dynamics on this rank's atoms, with the outer hooks; returns
+        this rank's owned batch and whether the optimizer has converged mesh-wide (always
+        False for an integrator)."""
         batch = self._owned(batch)
         try:
             self.dynamics.prepare(batch)
@@ -218,18 +230,29 @@ class DomainParallel:
             failure = NonFiniteError(f"step {self.dynamics.step_count}: {err}")
             raise raised_on_every_rank(failure) from None
         self._fire(DynamicsStage.AFTER_STEP, batch)
+        return batch, self.converged(batch)
 
     @notes_failures
-    def run(self, batch: Batch | None = None, n_steps: int | None = None) -> Batch:
+    def run(
+        self, batch: Batch | None = None, n_steps: int | None = None, forces_current: bool = False
+    ) -> Batch:
         """`n_steps` steps (default: the constructor's); stops early on mesh-wide
-        convergence. Returns this rank's owned batch."""
+        convergence. Returns this rank's owned batch.
+
+        The first step evaluates the model, unless the batch carries forces the integrator
+        computed (a previous `run`, a restored checkpoint) or `forces_current=True` says the
+        energy and forces the system was built with are current for its positions
+        (`BaseDynamics.mark_forces_current`).
+        """
         batch = self._owned(batch)
         check_same_hooks(self.comm, collective_hooks(self._hooks, self.dynamics.hooks))
+        if forces_current:
+            self.dynamics.mark_forces_current(batch)
         steps = self.n_steps if n_steps is None else int(n_steps)
         start = time.perf_counter()
         for _ in range(steps):
-            self.step(batch)
-            if self.converged(batch):
+            _, converged = self.step(batch)
+            if converged:
                 self._fire(DynamicsStage.ON_CONVERGE, batch)
                 break
         try:

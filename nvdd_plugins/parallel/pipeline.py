@@ -20,7 +20,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.dynamics import BaseDynamics, Hook
 from nvdd_plugins.parallel.domain_parallel import DomainParallel
 
-__all__ = ["DomainPipeline", "PipelineMesh", "Stage"]
+__all__ = ["DistributedPipeline", "DomainPipeline", "PipelineMesh", "Stage"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class DomainPipeline:
             dd.partition(full if self.is_stage_root else None)
             owned = dd.run()
             converged = dd.converged(owned)
-            gathered = dd.gather(owned)
+            gathered = dd.gather(owned, dst=0)  # the stage root (domain rank 0) keeps it
         self.records.append({"steps": dynamics.step_count, "converged": converged})
         logger.info("stage %d: %d steps", self.mesh.stage, dynamics.step_count)
         if not self.is_stage_root:
@@ -162,3 +162,7 @@ class DomainPipeline:
                 if name in gathered:
                     gathered.pop(name)
         return gathered.to("cpu")
+
+
+DistributedPipeline = DomainPipeline
+"""nvalchemi's name of `DomainPipeline`."""

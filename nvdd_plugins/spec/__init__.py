@@ -7,7 +7,13 @@ from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import OwnedRows, owned_rows, refreshing_marks, scattered_onto_nodes
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
 from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy, policy_for
-from nvdd_plugins.spec.presets import ENERGY_KINDS, SPEC_MPNN_GRAPH, SPEC_MPNN_HALO, for_strategy
+from nvdd_plugins.spec.presets import (
+    ENERGY_KINDS,
+    SPEC_LJ_HALO,
+    SPEC_MPNN_GRAPH,
+    SPEC_MPNN_HALO,
+    for_strategy,
+)
 from nvdd_plugins.spec.transforms import (
     AllReduceSum,
     GatherInputs,
@@ -18,6 +24,7 @@ from nvdd_plugins.spec.transforms import (
 
 __all__ = [
     "ENERGY_KINDS",
+    "SPEC_LJ_HALO",
     "SPEC_MPNN_GRAPH",
     "SPEC_MPNN_HALO",
     "AllReduceSum",

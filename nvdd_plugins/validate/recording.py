@@ -158,8 +158,8 @@ class OpRecorder(TorchFunctionMode):
     def __init__(self, n_rows: int, adapters: Sequence[OpAdapter]) -> None:
         super().__init__()
         self.n_rows = n_rows
-        self.adapted = {a.op for a in adapters}
-        self.adapted |= {getattr(a.op, "overloadpacket", a.op) for a in adapters}
+        self.adapted = {a.resolved_op() for a in adapters}
+        self.adapted |= {getattr(op, "overloadpacket", op) for op in self.adapted}
         self.counts: Counter[tuple[str, str, Handling, bool]] = Counter()
         self.targets: dict[str, Any] = {}
         self.stale_read: StaleRead | None = None

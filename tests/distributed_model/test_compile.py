@@ -17,7 +17,12 @@ from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import NeighborConfig, SimpleMPNN
 from tests.helpers.systems import lj_model, triclinic_bulk
 
-MODELS = ["lj"] + (["mace"] if importlib.util.find_spec("mace") is not None else [])
+MODELS = ["lj"] + (
+    # Inductor compiles tiny MACE's forward and backward in 1-4 minutes on two cores
+    [pytest.param("mace", marks=pytest.mark.slow)]
+    if importlib.util.find_spec("mace") is not None
+    else []
+)
 
 
 def _model_and_atoms(name: str):

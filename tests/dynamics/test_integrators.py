@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import ase.io
+import ase.parallel
 import numpy as np
 import pytest
 import torch
@@ -158,6 +159,28 @@ def test_thermo_logger_and_trajectory_writer(tmp_path) -> None:
     NVE(lj_model(), 2.0, hooks=hooks).run(batch, 10)
     lines = stream.getvalue().splitlines()
     assert lines[0].split()[:3] == ["step", "time[fs]", "Epot[eV]"] and len(lines) == 3
+    frames = ase.io.read(path, index=":")
+    assert len(frames) == 2 and np.allclose(frames[-1].positions, batch.positions.numpy())
+    assert np.allclose(frames[-1].get_forces(), batch.forces.numpy())
+
+
+class _RankZeroOfTwo:
+    """ASE's MPI world as rank 0 of two sees it; any collective fails, since under mpirun
+    rank 1 would never join it (rank 1 does not run RANK_ZERO hooks)."""
+
+    rank, size = 0, 2
+
+    def __getattr__(self, name: str):
+        raise AssertionError(f"an ASE MPI collective ({name}) on rank 0 alone")
+
+
+@pytest.mark.parametrize("suffix", ["traj", "extxyz"])
+def test_trajectory_writer_makes_no_ase_collective(tmp_path, monkeypatch, suffix: str) -> None:
+    path, batch = tmp_path / f"run.{suffix}", _system()
+    dynamics = NVE(lj_model(), 2.0, hooks=[TrajectoryWriter(path, frequency=5)])
+    monkeypatch.setattr(ase.parallel.world, "comm", _RankZeroOfTwo())
+    dynamics.run(batch, 10)
+    monkeypatch.undo()
     frames = ase.io.read(path, index=":")
     assert len(frames) == 2 and np.allclose(frames[-1].positions, batch.positions.numpy())
     assert np.allclose(frames[-1].get_forces(), batch.forces.numpy())

@@ -135,9 +135,15 @@ def run_command(command: list[str], cwd: Path | None, timeout: float) -> tuple[i
 
 
 def run_mpi(
-    n_ranks: int, script: str | Path, *args: str, timeout: float = 180.0, python: str | None = None
+    n_ranks: int,
+    script: str | Path,
+    *args: str,
+    timeout: float = 180.0,
+    python: str | None = None,
+    cwd: Path | None = None,
 ) -> str:
-    """Run `mpirun -n N python -m mpi4py script args...`; return its output.
+    """Run `mpirun -n N python -m mpi4py script args...` (in `cwd`, default the current
+    directory); return its output.
 
     Fails (AssertionError with the output) on a non-zero exit, and kills the whole process
     group on timeout.
@@ -152,6 +158,6 @@ def run_mpi(
         str(script),
         *args,
     ]
-    code, output = run_command(command, None, timeout)
+    code, output = run_command(command, cwd, timeout)
     assert code == 0, f"mpirun -n {n_ranks} exited {code}:\n{output}"
     return output

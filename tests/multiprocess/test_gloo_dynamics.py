@@ -131,21 +131,26 @@ class _GlobalKineticEnergyHook:
         )
 
 
-def _custom_run(comm: Communicator) -> torch.Tensor:
+def _custom_run(comm: Communicator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Final positions gathered to every rank, and to rank 0 only (None elsewhere)."""
     model = lj_model()
     integrator = _RescalingIntegrator(model, DT_FS, target_ke=3.0)
     config = DomainConfig(cutoff=model.cutoff, skin=SKIN, mesh=comm)
     with DomainParallel(integrator, config, 60, hooks=[_GlobalKineticEnergyHook(integrator)]) as dd:
         dd.partition(hot_bulk() if comm.rank == 0 else None)
         dd.run()
-        return dd.gather(dd.batch).positions
+        at_root = dd.gather(dd.batch, dst=0)
+        return dd.gather(dd.batch).positions, None if at_root is None else at_root.positions
 
 
 def test_custom_integrator_with_global_hook_is_rank_independent() -> None:
-    one = _custom_run(SimulatedMesh(1).communicator(0))
+    one, _ = _custom_run(SimulatedMesh(1).communicator(0))
     for world_size in (2, 4):
-        for positions in run_gloo(world_size, _custom_run, timeout=200):
+        results = run_gloo(world_size, _custom_run, timeout=200)
+        for rank, (positions, at_root) in enumerate(results):
             assert float((positions - one).abs().max()) < 1e-10
+            assert (at_root is None) == (rank != 0)
+        assert torch.equal(results[0][1], results[0][0])
 
 
 class _Explode:

@@ -12,7 +12,7 @@ import torch
 from ase.md.velocitydistribution import thermalize_momenta
 
 from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel, HookScope
-from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.comm.launch import LaunchInfo, detect_launch, slurm_first_host
 from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NeighborListHook, ThermoLogger
@@ -207,3 +207,65 @@ def test_only_failures_of_some_ranks_are_noted_for_cleanup(tmp_path) -> None:
         assert noted_failure() == "RuntimeError: rank 1 failed on purpose"
     finally:
         forget_failures()
+
+
+class _CountingCommunicator(Communicator):
+    """A rank's communicator that counts the rows it receives from other ranks."""
+
+    def __init__(self, inner: Communicator) -> None:
+        self.inner, self.rank, self.size = inner, inner.rank, inner.size
+        self.received = 0
+
+    def exchange(self, sends, recv_counts, template):
+        out = self.inner.exchange(sends, recv_counts, template)
+        self.received += sum(int(t.shape[0]) for t in out.values())
+        return out
+
+    def all_gather(self, tensor):
+        parts = self.inner.all_gather(tensor)
+        self.received += sum(int(p.shape[0]) for q, p in enumerate(parts) if q != self.rank)
+        return parts
+
+    def all_reduce(self, tensor, op="sum"):
+        return self.inner.all_reduce(tensor, op)
+
+    def broadcast_object(self, obj, src=0):
+        return self.inner.broadcast_object(obj, src)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
+
+
+@pytest.mark.parametrize("scope", [HookScope.RANK_ZERO, HookScope.GLOBAL])
+def test_rank_zero_hooks_gather_to_rank_zero_only(scope: HookScope) -> None:
+    atoms = _hot_atoms()
+    reference = Batch.from_atoms(atoms)
+    NVE(lj_model(), 2.0).run(reference, 3)
+
+    def run(comm, hooked: bool):
+        seen = []
+        counting = _CountingCommunicator(comm)
+        model = lj_model()
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=counting)
+        with DomainParallel(NVE(model, 2.0), config, 3) as dd:
+            if hooked:
+                record = lambda ctx, stage: seen.append(ctx.batch.positions)  # noqa: E731
+                dd.attach(record, stage=DynamicsStage.AFTER_STEP, scope=scope)
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            counting.received = 0
+            dd.run()
+        return counting.received, seen
+
+    plain = run_simulated(2, lambda comm: run(comm, False), timeout=60)
+    hooked = run_simulated(2, lambda comm: run(comm, True), timeout=60)
+    extra = [
+        with_hook - without for (with_hook, _), (without, _) in zip(hooked, plain, strict=True)
+    ]
+    n = len(atoms)
+    assert len(hooked[0][1]) == 3
+    assert float((hooked[0][1][-1] - reference.positions).abs().max()) < 1e-8
+    if scope is HookScope.RANK_ZERO:
+        assert hooked[1][1] == [] and extra[1] < n, extra  # rank 1 receives no atoms
+        assert extra[0] >= 3 * 4 * (n // 4), extra  # rank 0: rank 1's rows of each field
+    else:  # the control: every rank receives the other's rows of every field
+        assert len(hooked[1][1]) == 3 and min(extra) >= 3 * 4 * (n // 4), extra

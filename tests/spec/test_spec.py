@@ -8,7 +8,11 @@ import json
 import pytest
 import torch
 
-from nvdd_plugins.models import SPEC_LJ_HALO
+from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.models import RadiusGraphMPNN, SimpleMPNN
+from nvdd_plugins.models.aimnet2 import aimnet2_spec
+from nvdd_plugins.models.mace import mace_spec
+from nvdd_plugins.models.sevennet import sevennet_spec
 from nvdd_plugins.ops import (
     AllReduceSum,
     GatherInputs,
@@ -17,6 +21,8 @@ from nvdd_plugins.ops import (
     SliceOwned,
 )
 from nvdd_plugins.spec import (
+    SPEC_LJ_HALO,
+    SPEC_MPNN_GRAPH,
     SPEC_MPNN_HALO,
     DistributionSpec,
     JitAdapter,
@@ -25,7 +31,9 @@ from nvdd_plugins.spec import (
     OpAdapter,
     OutputKind,
     PythonAdapter,
+    for_strategy,
 )
+from tests.helpers.systems import lj_model
 
 
 def replacement_scatter(*args, **kwargs):
@@ -33,11 +41,77 @@ def replacement_scatter(*args, **kwargs):
     return None
 
 
-@pytest.mark.parametrize("spec", [SPEC_MPNN_HALO, SPEC_LJ_HALO])
+@pytest.mark.parametrize("spec", [SPEC_MPNN_HALO, SPEC_LJ_HALO, SPEC_MPNN_GRAPH])
 def test_presets_round_trip(spec: MLIPSpec, tmp_path) -> None:
     path = tmp_path / "spec.json"
     spec.save(path)
     assert MLIPSpec.load(path) == spec
+
+
+def test_presets_import_from_spec_and_from_models() -> None:
+    import nvdd_plugins.models
+    import nvdd_plugins.spec
+
+    assert nvdd_plugins.models.SPEC_LJ_HALO is nvdd_plugins.spec.SPEC_LJ_HALO
+    adapter = SPEC_LJ_HALO.distribution.custom_ops[0]
+    assert adapter.resolved_op() is torch.ops.nvdd.lennard_jones.default
+
+
+def _cueq_spec(strategy: StrategyKind) -> MLIPSpec:
+    pytest.importorskip("cuequivariance_torch")
+    from nvdd_plugins.models.cueq import cueq_mace_spec
+
+    return for_strategy(cueq_mace_spec(n_layers=2), strategy)
+
+
+# each wrapper's distribution_spec (built from the spec functions where a model is slow to
+# build: MACEWrapper returns for_strategy(mace_spec(n_layers=interactions), strategy))
+SHIPPED_SPECS = {
+    "lj": lambda strategy: lj_model().distribution_spec(strategy),
+    "mpnn": lambda strategy: SimpleMPNN(hidden=4, n_layers=2).distribution_spec(strategy),
+    "radius_graph": lambda strategy: RadiusGraphMPNN().distribution_spec(strategy),
+    "mace": lambda strategy: for_strategy(mace_spec(n_layers=2), strategy),
+    "mace_cueq": _cueq_spec,
+    "aimnet2": aimnet2_spec,
+    "sevennet": lambda strategy: for_strategy(sevennet_spec(n_layers=2), strategy),
+}
+
+
+@pytest.mark.parametrize("strategy", list(StrategyKind))
+@pytest.mark.parametrize("wrapper", sorted(SHIPPED_SPECS))
+def test_every_shipped_wrappers_spec_round_trips(wrapper, strategy, tmp_path) -> None:
+    spec = SHIPPED_SPECS[wrapper](strategy)
+    if spec is None:
+        pytest.skip(f"{wrapper} does not run under {strategy}")
+    path = tmp_path / "spec.json"
+    spec.save(path)
+    loaded = MLIPSpec.load(path)
+    assert loaded == spec
+    for mine, theirs in zip(
+        spec.distribution.third_party_helpers, loaded.distribution.third_party_helpers, strict=True
+    ):
+        assert theirs.resolved_replacement() is mine.resolved_replacement()
+    for mine, theirs in zip(
+        spec.distribution.custom_ops, loaded.distribution.custom_ops, strict=True
+    ):
+        assert theirs.resolved_op() is mine.resolved_op()
+
+
+def test_adapters_compare_by_what_they_name() -> None:
+    by_object = PythonAdapter(target="torch.nn.functional:silu", replacement=replacement_scatter)
+    by_name = PythonAdapter(
+        target="torch.nn.functional:silu", replacement="tests.spec.test_spec:replacement_scatter"
+    )
+    assert by_object == by_name and hash(by_object) == hash(by_name)
+    assert by_object != MethodAdapter(target=by_object.target, replacement=replacement_scatter)
+    assert by_object != PythonAdapter(target="torch:tanh", replacement=replacement_scatter)
+    op = OpAdapter(op=torch.ops.nvdd.lennard_jones.default, output_transforms={0: SliceOwned()})
+    assert op == OpAdapter(op="nvdd::lennard_jones.default", output_transforms={0: SliceOwned()})
+    assert op != OpAdapter(op="nvdd::lennard_jones.default", output_transforms={1: SliceOwned()})
+    assert (
+        len({op, OpAdapter(op="nvdd::lennard_jones.default", output_transforms={0: SliceOwned()})})
+        == 1
+    )
 
 
 def test_every_field_round_trips(tmp_path) -> None:
