@@ -45,6 +45,18 @@ def _parser() -> argparse.ArgumentParser:
         "--elements", nargs="+", required=True, help="element of each LAMMPS atom type, in order"
     )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float64")
+    parser.add_argument(
+        "--cuequivariance",
+        action="store_true",
+        help="MACE: convert to cuEquivariance (on a GPU when there is one here: fused "
+        "convolution; converted on a CPU the convolution stays unfused)",
+    )
+    parser.add_argument(
+        "--device",
+        help="where each LAMMPS rank computes: cpu, cuda (the rank's own GPU on its node), "
+        "cuda:K; default: the rank's own GPU when CUDA is present, else the CPU. Chosen at "
+        "the run's first step, so the file runs on any machine",
+    )
     parser.add_argument("-o", "--output", required=True, help="the .pkl file to write")
     return parser
 
@@ -61,7 +73,10 @@ def build_model(args: argparse.Namespace) -> tuple[BaseModelMixin, int]:
             cutoff=args.cutoff, hidden=args.hidden, n_layers=args.layers, seed=args.mpnn_seed
         )
         return model, args.layers
-    wrapper = MACEWrapper.from_file(args.mace, dtype=DTYPES[args.dtype])
+    convert_on = "cuda" if args.cuequivariance and torch.cuda.is_available() else "cpu"
+    wrapper = MACEWrapper.from_file(
+        args.mace, convert_on, DTYPES[args.dtype], cuequivariance=args.cuequivariance
+    )
     return wrapper, int(wrapper.model.num_interactions)
 
 
@@ -96,12 +111,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         model, n_layers = build_model(args)
         if isinstance(model, MACEWrapper):
             model.check_species(torch.tensor([atomic_numbers.get(e, 0) for e in args.elements]))
-        bridge = MLIAPModel(model, args.elements, dtype=DTYPES[args.dtype], n_layers=n_layers)
+        bridge = MLIAPModel(model, args.elements, DTYPES[args.dtype], n_layers, device=args.device)
         bridge.pickle(args.output)
     except (OSError, ValueError) as err:
         parser.error(str(err))
     print(
         f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "
-        f"{n_layers} message-passing layer(s), {args.dtype}, elements {' '.join(args.elements)}"
+        f"{n_layers} message-passing layer(s), {args.dtype}, elements {' '.join(args.elements)}, "
+        f"device {args.device or 'each rank its own GPU if any, else CPU'}"
     )
     print(input_lines(args.output, args.elements, n_layers, model.cutoff))

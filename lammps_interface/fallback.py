@@ -17,6 +17,7 @@ from scipy.sparse.csgraph import connected_components
 
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins import Batch
+from nvdd_plugins.comm import Staging
 from nvdd_plugins.models import BaseModelMixin, new_pair_leaf, pair_gradients_of
 
 __all__ = ["RedundantBridge", "positions_from_pairs"]
@@ -52,41 +53,50 @@ class RedundantBridge:
     """Evaluate a model on one rank's rows alone (redundant ghost-shell compute).
 
     Args:
-        model: the nvdd model wrapper.
+        model: the nvdd model wrapper (on `staging`'s device).
         dtype: dtype the model computes in.
         n_layers: message-passing layers of the model (1 for pair potentials).
+        staging: the host buffers of the model's device (default: the CPU).
     """
 
-    def __init__(self, model: BaseModelMixin, dtype: torch.dtype, n_layers: int) -> None:
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        dtype: torch.dtype,
+        n_layers: int,
+        staging: Staging | None = None,
+    ) -> None:
         self.model = model
         self.dtype = dtype
         self.n_layers = n_layers
+        self.staging = staging if staging is not None else Staging(torch.device("cpu"))
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies (owned rows) and forces (-d E_owned / d x_row) of every row, and with
         `pair_forces` the force (d E_owned / d rij) of every listed pair."""
         energies = np.zeros(rows.ntotal)
         forces = np.zeros((rows.ntotal, 3))
-        no_pair_forces = np.zeros((rows.pair_i.size, 3)) if pair_forces else None
+        no_pair_forces = np.zeros((rows.pair_i.numel(), 3)) if pair_forces else None
         if rows.nlocal == 0:
             return RowResults(energies, forces, no_pair_forces)
         self._check_ghost_list(rows)
         edges, vectors = rows.edges(ghost_pairs=True)
-        positions = torch.from_numpy(positions_from_pairs(rows.ntotal, edges, vectors))
-        leaf = positions.to(self.dtype).requires_grad_()
+        assert vectors is not None, "the fallback needs the rows' pair vectors"
+        host_positions = positions_from_pairs(
+            rows.ntotal, edges.cpu().numpy(), vectors.cpu().numpy()
+        )
+        leaf = self.staging.to_device("positions", host_positions).to(self.dtype)
+        leaf.requires_grad_()
         pairs = new_pair_leaf(edges.shape[1], leaf) if pair_forces else None
-        shifts = torch.zeros(edges.shape[1], 3, dtype=self.dtype)
+        shifts = leaf.new_zeros(edges.shape[1], 3)
         batch = Batch(
-            node={"positions": leaf, "atomic_numbers": torch.from_numpy(rows.numbers)},
-            edge={
-                "edge_index": torch.from_numpy(edges),
-                "shifts": shifts if pairs is None else shifts + pairs,
-            },
+            node={"positions": leaf, "atomic_numbers": rows.numbers},
+            edge={"edge_index": edges, "shifts": shifts if pairs is None else shifts + pairs},
             system={
-                "cell": torch.zeros(1, 3, 3, dtype=self.dtype),
-                "pbc": torch.zeros(1, 3, dtype=torch.bool),
+                "cell": leaf.new_zeros(1, 3, 3),
+                "pbc": torch.zeros(1, 3, dtype=torch.bool, device=leaf.device),
             },
-            ptr=torch.tensor([0, rows.ntotal]),
+            ptr=torch.tensor([0, rows.ntotal], device=leaf.device),
         )
         inputs = [leaf] if pairs is None else [leaf, pairs]
         gradients = [None] * len(inputs)  # stay None when no pair reaches an owned atom
@@ -94,16 +104,16 @@ class RedundantBridge:
             owned = self.model(batch)["energies"][: rows.nlocal]
             if owned.requires_grad:
                 gradients = torch.autograd.grad(owned.sum(), inputs, allow_unused=True)
-        energies[: rows.nlocal] = owned.detach().to(torch.float64).numpy()
+        energies[: rows.nlocal] = self.staging.to_host("energies", owned.double())
         if gradients[0] is not None:
-            forces[:] = -gradients[0].to(torch.float64).numpy()
+            forces[:] = -self.staging.to_host("forces", gradients[0].double())
         if pairs is None:
             return RowResults(energies, forces)
         if gradients[0] is None:
             return RowResults(energies, forces, no_pair_forces)
-        edge_gradients = pair_gradients_of(gradients[1], pairs, self.model)
-        edge_gradients = edge_gradients.detach().to(torch.float64).numpy()
-        return RowResults(energies, forces, rows.pair_forces(edge_gradients, ghost_pairs=True))
+        edge_gradients = pair_gradients_of(gradients[1], pairs, self.model).detach().double()
+        per_pair = rows.pair_forces(edge_gradients, ghost_pairs=True)
+        return RowResults(energies, forces, self.staging.to_host("pair_forces", per_pair))
 
     def _check_ghost_list(self, rows: LocalRows) -> None:
         touches_ghost = bool((rows.pair_j[rows.pair_i < rows.nlocal] >= rows.nlocal).any())

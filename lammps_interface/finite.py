@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lammps_interface.handle import attached
+from lammps_interface.messages import world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.distributed_model import NonFiniteError
 
@@ -34,11 +35,9 @@ def check_finite(results: RowResults, rows: LocalRows) -> None:
     bad_force = np.zeros(rows.nlocal, dtype=bool)
     if rows.ntotal:
         bad_force = ~np.isfinite(results.forces[: rows.nlocal]).all(axis=1)
-    from mpi4py import MPI  # imported on use: importing mpi4py initialises MPI
-
     lmp = attached()
-    comm = lmp.get_mpi_comm() if lmp is not None else MPI.COMM_WORLD
-    if not comm.allreduce(int(bad_energy.any() or bad_force.any()), op=MPI.MAX):
+    comm = lmp.get_mpi_comm() if lmp is not None else world()
+    if comm.allreduce(int(bad_energy.any() or bad_force.any())) == 0:
         return
     kind, labels = _owned_labels(rows.nlocal)
     found = (kind, labels[bad_energy][:_SHOWN].tolist(), int(bad_energy.sum()))

@@ -2,7 +2,8 @@
 exchange over a ghost -> owner plan built from LAMMPS atom ids and LAMMPS's communicator.
 
 A ghost shell of one cutoff (LAMMPS's default) is then exact for any number of
-message-passing layers.
+message-passing layers. Rows, pairs and the per-layer exchange stay on the model's device;
+the exchange between ranks goes through host memory (`MPICommunicator`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from lammps import lammps
 
 from lammps_interface.handle import read_atoms, require_metal_units
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.comm import MPICommunicator
+from nvdd_plugins.comm import MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
 from nvdd_plugins.models import BaseModelMixin
 
@@ -27,13 +28,20 @@ class HaloBridge:
         lmp: the attached LAMMPS instance (ids, positions, box, communicator).
         dtype: dtype the model computes in.
         padding_species: atomic number given to padding rows (must be one the model knows).
+        staging: the host buffers of the model's device (the model is already there).
     """
 
     def __init__(
-        self, model: BaseModelMixin, lmp: lammps, dtype: torch.dtype, padding_species: int
+        self,
+        model: BaseModelMixin,
+        lmp: lammps,
+        dtype: torch.dtype,
+        padding_species: int,
+        staging: Staging,
     ) -> None:
         self.lmp = lmp
         self.dtype = dtype
+        self.staging = staging
         self.comm = MPICommunicator(lmp.get_mpi_comm())
         self.layout = GivenRowsModel(model, self.comm, padding_species)
 
@@ -43,17 +51,15 @@ class HaloBridge:
         require_metal_units(self.lmp)
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         edges, _ = rows.edges(ghost_pairs=False)
-        positions = torch.from_numpy(atoms.positions).to(self.dtype)
-        numbers, ids = torch.from_numpy(rows.numbers), torch.from_numpy(atoms.ids)
-        view = self.layout.view(rows.nlocal, positions, numbers, ids, torch.from_numpy(edges))
-        cell = torch.from_numpy(atoms.cell).to(self.dtype).unsqueeze(0)
+        positions = self.staging.to_device("positions", atoms.positions).to(self.dtype)
+        ids = self.staging.to_device("ids", atoms.ids)
+        view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
+        cell = torch.from_numpy(atoms.cell).to(positions.device, self.dtype).unsqueeze(0)
         out = self.layout(view, positions, cell, pair_gradients=pair_forces)
+        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        host = self.staging.to_host("results", per_row.to(torch.float64))  # one copy back
         gradients = out.get("pair_gradients")
         if gradients is not None:
-            gradients = gradients[: edges.shape[1]].to(torch.float64).numpy()
-            gradients = rows.pair_forces(gradients, ghost_pairs=False)
-        return RowResults(
-            energies=out["energies"].to(torch.float64).numpy(),
-            forces=out["forces"].to(torch.float64).numpy(),
-            pair_forces=gradients,
-        )
+            gradients = rows.pair_forces(gradients[: edges.shape[1]].double(), ghost_pairs=False)
+            gradients = self.staging.to_host("pair_forces", gradients)
+        return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=gradients)

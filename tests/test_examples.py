@@ -136,3 +136,11 @@ def test_aimnet2_example() -> None:
     error = float(output.split("max |force difference|:")[1].split()[0])
     charge = float(output.split("equilibrated charges:")[1].split()[0])
     assert abs(charge - 1) < 1e-4 and error < 1e-8
+
+
+def test_rigid_ion_example() -> None:
+    script = EXAMPLES / "models" / "rigid_ion_dd.py"
+    command = [sys.executable, str(script), "--ranks", "4", "--method", "pme"]
+    output = _ok(command, 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    assert "216 ions" in output and error < 1e-8

@@ -24,6 +24,7 @@ from nvdd_plugins.comm.primitives import (
 )
 from nvdd_plugins.comm.resolve import resolve_communicator, set_default_communicator
 from nvdd_plugins.comm.simulated import SimulatedCommunicator, SimulatedMesh, run_simulated
+from nvdd_plugins.comm.staging import Staging
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "MPICommunicator",
     "SimulatedCommunicator",
     "SimulatedMesh",
+    "Staging",
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",

@@ -9,7 +9,12 @@ from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
-from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE, is_aggregation
+from nvdd_plugins.distributed_model.interception import (
+    REBIND_RULE,
+    SENTINEL_RULE,
+    is_aggregation,
+    is_opaque,
+)
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView
@@ -31,4 +36,5 @@ __all__ = [
     "build_graph_view",
     "build_halo_view",
     "is_aggregation",
+    "is_opaque",
 ]

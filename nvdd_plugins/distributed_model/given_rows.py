@@ -72,7 +72,8 @@ class GivenRowsModel:
         layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
         changed = self.verlet.needs_rebuild(None, ids=layout)
         if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
-            self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
+            plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
+            self._plan = plan.to(ids.device)
             self.verlet.record(None, ids=layout)
         assert self._plan is not None
         return self._plan

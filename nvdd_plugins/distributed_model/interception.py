@@ -23,7 +23,7 @@ from nvdd_plugins.distributed_model.transforms import apply_transform, refresh_t
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter, scattered_onto_nodes
 
-__all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode", "is_aggregation"]
+__all__ = ["REBIND_RULE", "SENTINEL_RULE", "HaloInterceptionMode", "is_aggregation", "is_opaque"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,15 @@ def is_aggregation(func: Any) -> bool:
     """Whether the interception treats calls of `func` as aggregations (scatter, index_add,
     index_copy, index_reduce, index_put, ...; their in-place forms end in "_")."""
     return func in _AGGREGATIONS
+
+
+def is_opaque(func: Any) -> bool:
+    """Whether `func` is an op the interception cannot see into: a `torch.ops` op outside
+    the aten, prims and nvdd namespaces (a custom kernel)."""
+    if not isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return False
+    packet = getattr(func, "overloadpacket", func)
+    return packet._qualified_op_name.partition("::")[0] not in _TRANSPARENT_NAMESPACES
 
 
 # calls whose argument 2 indexes the rows of argument 0 along `dim` (argument 1)
@@ -148,8 +157,10 @@ class HaloInterceptionMode(TorchFunctionMode):
         if self.check_indices:
             self._check_stale(func, args, kwargs)
             self._check_sentinels(func, args, kwargs)
-        if isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-            self._check_opaque(func, args, kwargs)
+        if is_opaque(func):
+            result = func(*args, **kwargs)
+            self._check_opaque(func, (args, kwargs), result)
+            return result
         agg = _AGGREGATIONS.get(func)
         if agg is not None:
             return self._aggregate(func, agg, list(args), kwargs)
@@ -224,23 +235,26 @@ class HaloInterceptionMode(TorchFunctionMode):
             outputs[position] = apply_transform(transform, outputs[position], self.ctx)
         return type(result)(outputs) if isinstance(result, tuple | list) else outputs[0]
 
-    def _check_opaque(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        """Report an opaque op that reads node-indexed tensors and no adapter covers."""
+    def _check_opaque(self, func: Any, inputs: Any, result: Any) -> None:
+        """Report an opaque op that reads or writes node-indexed tensors and no adapter
+        covers (a fused scatter of per-edge messages only writes them)."""
         packet = getattr(func, "overloadpacket", func)
-        if packet._qualified_op_name.partition("::")[0] in _TRANSPARENT_NAMESPACES:
+        if packet in _REPORTED and not self.strict:
             return
-        if (packet in _REPORTED and not self.strict) or not any(
-            self.ctx.is_node_indexed(leaf) for leaf in tree_leaves((args, kwargs))
-        ):
+        reads = any(self.ctx.is_node_indexed(leaf) for leaf in tree_leaves(inputs))
+        outputs = list(result) if isinstance(result, tuple | list) else [result]
+        written = [k for k, out in enumerate(outputs) if self.ctx.is_node_indexed(out)]
+        if not (reads or written):
             return
+        does = "reads and writes" if reads and written else "reads" if reads else "writes"
         name = f"torch.ops.{packet._qualified_op_name.replace('::', '.')}"
         overload = f"{name}.{getattr(func, '_overloadname', 'default')}"
+        scatter = ", ".join(f"{k}: ScatterOutputs()" for k in written or [0])
         message = (
-            f"the opaque op {name} reads per-atom tensors and no OpAdapter in the spec covers "
-            "it, so nvdd cannot see whether it aggregates over edges. If it does, its ghost "
-            "rows are wrong: add OpAdapter(op="
-            f"{overload}, output_transforms={{0: ScatterOutputs()}}) to the spec's custom_ops; "
-            f"if it is per-atom, add OpAdapter(op={overload}) to say so"
+            f"the opaque op {name} {does} per-atom tensors and no OpAdapter in the spec "
+            "covers it, so nvdd cannot see whether it aggregates over edges. If it does, its "
+            f"ghost rows are wrong: add OpAdapter(op={overload}, output_transforms={{{scatter}}}) "
+            f"to the spec's custom_ops; if it is per-atom, add OpAdapter(op={overload}) to say so"
         )
         if self.strict:
             raise DistributionRuleError(message)

@@ -22,10 +22,13 @@ from nvdd_plugins.models.evaluate import (
     evaluate_model,
     new_strain,
 )
+from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
+from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
+from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
 from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
@@ -35,11 +38,15 @@ from nvdd_plugins.models.virials import (
 )
 
 __all__ = [
+    "COULOMB_CONSTANT",
+    "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
     "BaseModelMixin",
+    "BornMayerHuggins",
     "ChunkPlan",
     "ChunkedEvaluator",
+    "Ewald",
     "LennardJonesModel",
     "MACEWrapper",
     "ModelConfig",
@@ -48,6 +55,7 @@ __all__ = [
     "NeighborConfig",
     "NeighborListFormat",
     "RadiusGraphMPNN",
+    "RigidIonModel",
     "SevenNetWrapper",
     "SimpleMPNN",
     "apply_strain",
@@ -63,4 +71,5 @@ __all__ = [
     "random_aimnet2",
     "random_mace",
     "random_sevennet",
+    "rigid_ion_spec",
 ]

@@ -15,23 +15,22 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, short_range_coulomb
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import require_species, species_lookup
+from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     ENERGY_KINDS,
-    AllReduceSum,
+    GLOBAL_SUM_ADAPTERS,
     DistributionSpec,
     MLIPSpec,
-    OpAdapter,
     OutputKind,
     PythonAdapter,
     for_strategy,
+    summed_over_ranks,
 )
 
 __all__ = [
@@ -39,17 +38,7 @@ __all__ = [
     "aimnet2_spec",
     "mol_sum_over_ranks",
     "random_aimnet2",
-    "summed_over_ranks",
 ]
-
-
-def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
-    """Identity in one process. In a distributed forward whose spec adapts it with
-    `AllReduceSum` (`aimnet2_spec`), `tensor` is this rank's partial of a per-system sum
-    and the result is the sum over all ranks."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
-    return tensor
 
 
 def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -64,7 +53,7 @@ def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
     (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]`, per-atom "charges"; no
     `n_layers` (the sums are global: no fixed ghost shell serves without exchange)."""
     distribution = DistributionSpec(
-        custom_ops=(OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()}),),
+        custom_ops=GLOBAL_SUM_ADAPTERS,
         third_party_helpers=(
             PythonAdapter(target="aimnet.nbops:mol_sum", replacement=mol_sum_over_ranks),
         ),
@@ -167,6 +156,10 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         require_species(self.species_index, numbers, "AIMNet2")
+
+    def supported_species(self) -> tuple[int, ...]:
+        """The atomic numbers the model has parameters for."""
+        return known_species(self.species_index)
 
     def _charges_and_features(self, inputs: ModelInputs, pairs: _Pairs) -> dict[str, Any]:
         """aimnet's passes (`AIMNet2.forward_prepared` on the wrapper's layout): "charges"

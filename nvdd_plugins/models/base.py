@@ -63,11 +63,16 @@ class ModelConfig:
             ("forces" = -dE/dpositions, "stress" = dE/dstrain / volume).
         autograd_inputs: inputs those derivatives are taken with respect to ("positions").
         neighbor_config: the neighbour list to build, or None for a model without one.
+        edge_energy: the energy depends on positions only through the edge vectors, so it
+            has a derivative per edge (per-atom virials, LAMMPS pair forces). False for a
+            model with a term of the positions themselves (a reciprocal-space sum), which
+            then refuses per-edge derivatives instead of leaving that term out.
     """
 
     autograd_outputs: frozenset[str] = frozenset()
     autograd_inputs: frozenset[str] = frozenset()
     neighbor_config: NeighborConfig | None = None
+    edge_energy: bool = True
 
     def __post_init__(self) -> None:
         for name in ("autograd_outputs", "autograd_inputs"):
@@ -152,8 +157,13 @@ class BaseModelMixin:
         """The model's distribution contract for `strategy`; None: not distributable."""
         return None
 
+    def supported_species(self) -> tuple[int, ...] | None:
+        """The atomic numbers the model has parameters for, ascending; None: any."""
+        return None
+
     def prepare_for_compile(self) -> BaseModelMixin:
-        """A wrapper whose forward `torch.compile` can trace (default: this one)."""
+        """A wrapper whose forward `torch.compile` can trace (default: this one); raises a
+        ValueError saying why when the model cannot run with compile=True."""
         return self
 
 

@@ -9,6 +9,7 @@ so eager runs need no per-op interception and go through mace's own LAMMPS code 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Sequence
 from os import PathLike
 from typing import Any
@@ -21,7 +22,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import require_species, species_lookup
+from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     DistributionSpec,
@@ -36,6 +37,9 @@ from nvdd_plugins.spec import (
 )
 
 __all__ = ["MACEWrapper", "mace_spec", "marked_scatter_sum", "random_mace"]
+
+# mace's compile preparation (torch.fx tracing) patches torch.nn.Module.__call__ process-wide
+_PREPARE_LOCK = threading.Lock()
 
 
 class MACEWrapper(nn.Module, BaseModelMixin):
@@ -75,6 +79,8 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         self.model_config = ModelConfig.by_autograd(
             NeighborConfig(float(model.r_max), accepts_skin_pairs=True, prune_skin_pairs=True)
         )
+        self._compile_ready = False  # this wrapper is a prepare_for_compile copy
+        self._prepared: tuple[tuple[int, ...], MACEWrapper] | None = None  # (versions, copy)
 
     @classmethod
     def from_file(
@@ -95,21 +101,44 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         require_species(self.species_index, numbers, "MACE")
 
+    def supported_species(self) -> tuple[int, ...]:
+        """The atomic numbers the model has parameters for."""
+        return known_species(self.species_index)
+
     def prepare_for_compile(self) -> MACEWrapper:
         """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
-        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only."""
+        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only.
+
+        Made once (again when the weights change or move) under a process-wide lock: threads
+        (simulated ranks) share it; it returns itself. ValueError for cuEquivariance."""
+        if self._compile_ready:
+            return self
         if self.cuequivariance:
             raise ValueError(
                 "compile=True does not support cuEquivariance MACE models (mace's compile "
                 "preparation rebuilds e3nn layers; dynamo fails on e3nn Irreps): run eager, "
                 "where nvdd adds under 5 % to a cuEquivariance step of 100k atoms"
             )
+        with _PREPARE_LOCK:
+            # in-place changes (load_state_dict too) bump the weights' versions
+            state = tuple(t._version for t in (*self.model.parameters(), *self.model.buffers()))
+            if self._prepared is None or self._prepared[0] != state:
+                self._prepared = (state, self._prepared_copy())
+            return self._prepared[1]
+
+    def _apply(self, fn: Any, recurse: bool = True) -> MACEWrapper:
+        self._prepared = None  # .to(), .double(), ...: the weights move
+        return super()._apply(fn, recurse)
+
+    def _prepared_copy(self) -> MACEWrapper:
         from mace.tools.compile import prepare  # optional dependency
         from mace.tools.scripts_utils import extract_model
 
         parameter = next(self.model.parameters())
         model = prepare(extract_model)(model=self.model, map_location=parameter.device)
-        return MACEWrapper(model.to(parameter.dtype), head=self.head)
+        prepared = MACEWrapper(model.to(parameter.dtype), head=self.head)
+        prepared._compile_ready = True
+        return prepared
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV), E0 included."""

@@ -103,6 +103,10 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
                         f"got {widths.tolist()}"
                     )
 
+    def supported_species(self) -> tuple[int, ...]:
+        """Atomic numbers 1 to max_atomic_number."""
+        return tuple(range(1, self.embedding.num_embeddings))
+
     def _check_species(self, numbers: torch.Tensor) -> None:
         largest = self.embedding.num_embeddings - 1
         if numbers.numel() and int(numbers.max()) > largest:

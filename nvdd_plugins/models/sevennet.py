@@ -23,7 +23,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.models.seeding import seeded_weights
-from nvdd_plugins.models.species import require_species, species_lookup
+from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     SPEC_MPNN_HALO,
     MLIPSpec,
@@ -82,6 +82,10 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
         require_species(self.species_index, numbers, "SevenNet")
+
+    def supported_species(self) -> tuple[int, ...]:
+        """The atomic numbers the model has parameters for."""
+        return known_species(self.species_index)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV), sevenn's shift and scale included."""

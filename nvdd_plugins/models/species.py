@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 from ase.data import chemical_symbols
 
-__all__ = ["missing_species", "require_species", "species_lookup"]
+__all__ = ["known_species", "missing_species", "require_species", "species_lookup"]
 
 
 def species_lookup(type_map: Mapping[int, int], device: torch.device) -> torch.Tensor:
@@ -18,6 +18,11 @@ def species_lookup(type_map: Mapping[int, int], device: torch.device) -> torch.T
     return lookup
 
 
+def known_species(lookup: torch.Tensor) -> tuple[int, ...]:
+    """The atomic numbers `lookup` (`species_lookup`) maps to a species, ascending."""
+    return tuple(torch.nonzero(lookup >= 0).flatten().tolist())
+
+
 def missing_species(lookup: torch.Tensor, numbers: torch.Tensor) -> list[int]:
     """The atomic numbers of `numbers` that `lookup` (`species_lookup`) maps to no species,
     sorted (empty when it knows them all)."""
@@ -26,7 +31,7 @@ def missing_species(lookup: torch.Tensor, numbers: torch.Tensor) -> list[int]:
     unknown = (numbers >= size) | (lookup[numbers.clamp(max=size - 1)] < 0)
     if not bool(unknown.any()):
         return []
-    return sorted(set(numbers.tolist()) - set(torch.nonzero(lookup >= 0).flatten().tolist()))
+    return sorted(set(numbers.tolist()) - set(known_species(lookup)))
 
 
 def require_species(lookup: torch.Tensor, numbers: torch.Tensor, model: str) -> None:
@@ -34,7 +39,7 @@ def require_species(lookup: torch.Tensor, numbers: torch.Tensor, model: str) -> 
     of the `model` (its name, for the message)."""
     missing = missing_species(lookup, numbers)
     if missing:
-        known = torch.nonzero(lookup >= 0).flatten().tolist()
+        known = list(known_species(lookup))
         raise ValueError(
             f"the {model} model has no parameters for {_symbols(missing)} (it knows "
             f"{_symbols(known)}): use a model trained on these elements"

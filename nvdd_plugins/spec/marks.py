@@ -7,6 +7,8 @@ indices); the Python code around such a kernel knows which, and says so with thi
 `owned_rows` goes one step further, for a model that knows where its per-atom work is: it
 tells such a model which rows are owned, so per-atom work after an aggregation can skip the
 ghost rows (MACE: its own LAMMPS code path, node features exchanged once per interaction).
+
+Sums over the whole system have their own marks (`global_sums`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from typing import NamedTuple
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_unary
 
-__all__ = ["OwnedRows", "owned_rows", "refreshing_marks", "scattered_onto_nodes"]
+__all__ = [
+    "OwnedRows",
+    "owned_rows",
+    "refreshing_marks",
+    "scattered_onto_nodes",
+]
 
 # The ghost-row refresh of a distributed forward that runs without op interception.
 

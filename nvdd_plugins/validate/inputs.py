@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from ase import Atoms
 from ase.build import bulk
+from ase.data import chemical_symbols
 
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models import BaseModelMixin
@@ -24,25 +25,34 @@ TOLERANCES = {
 per-atom energies (eV), forces (eV/Å), stress (eV/Å³); each scaled by max(1, largest
 single-process value)."""
 
-_SPECIES = "Ar"
+_ARGON = 18
 _SHEAR = np.array([[1.0, 0.04, 0.0], [0.0, 1.0, 0.03], [0.02, 0.0, 1.0]])
 
 
-def default_sample(cutoff: float, skin: float) -> Atoms:
-    """fcc argon at a nearest-neighbour distance of half `cutoff` (dozens of neighbours per
-    atom), in a sheared periodic box wider than 2 (cutoff + skin) + 15 %, rattled."""
+def _sample_species(model: BaseModelMixin) -> int:
+    """The element of the default sample: argon, unless the model has no parameters for it;
+    then the lightest element it has."""
+    species = model.supported_species()
+    return _ARGON if species is None or _ARGON in species else species[0]
+
+
+def default_sample(cutoff: float, skin: float, species: int) -> Atoms:
+    """An fcc crystal of element `species` at a nearest-neighbour distance of half `cutoff`
+    (dozens of neighbours per atom), in a sheared periodic box wider than
+    2 (cutoff + skin) + 15 %, rattled."""
     a = math.sqrt(2.0) * 0.5 * cutoff
     cells = max(3, math.ceil(2.0 * (cutoff + skin) * 1.15 / a))
-    atoms = bulk(_SPECIES, "fcc", a=a, cubic=True) * (cells, cells, cells)
+    atoms = bulk(chemical_symbols[species], "fcc", a=a, cubic=True) * (cells, cells, cells)
     atoms.set_cell(atoms.cell.array @ _SHEAR, scale_atoms=True)
     atoms.rattle(0.05 * a, seed=7)
     return atoms
 
 
-def sample_atoms(sample: Atoms | Batch | None, cutoff: float, skin: float) -> Atoms:
-    """The system to validate on: `sample` (one system) or `default_sample`."""
+def sample_atoms(sample: Atoms | Batch | None, model: BaseModelMixin, skin: float) -> Atoms:
+    """The system to validate `model` on: `sample` (one system) or `default_sample` of one
+    of the model's species."""
     if sample is None:
-        return default_sample(cutoff, skin)
+        return default_sample(model.cutoff, skin, _sample_species(model))
     if isinstance(sample, Batch):
         systems = sample.to_atoms()
         if len(systems) != 1:

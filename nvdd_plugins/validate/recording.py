@@ -28,9 +28,10 @@ from torch.utils._pytree import tree_leaves
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import is_aggregation
+from nvdd_plugins.distributed_model import is_aggregation, is_opaque
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import MLIPSpec, OpAdapter, scattered_onto_nodes
+from nvdd_plugins.validate.reductions import reduces_over_atoms
 
 __all__ = [
     "Handling",
@@ -55,7 +56,6 @@ _LIBRARY_DIRS = tuple(
         Path(sysconfig.get_paths()["stdlib"]).resolve(),
     )
 )
-_TRANSPARENT_NAMESPACES = frozenset({"aten", "prims", "nvdd"})
 
 
 class Handling(StrEnum):
@@ -65,6 +65,7 @@ class Handling(StrEnum):
     OWNED_SUM = "atoms -> system sum: owned rows only"
     MARKED = "marked aggregation (scattered_onto_nodes): ghost rows refreshed"
     ADAPTER = "OpAdapter of the spec"
+    ATOM_REDUCTION = "reduction over atoms: each rank reduces only its own rows"
     UNKNOWN_OPAQUE = "unknown opaque op: not seen into, no adapter"
     PER_ROW = "per-row or gather: nothing to do"
 
@@ -141,13 +142,6 @@ def op_name(func: Any) -> str:
     return getattr(func, "__name__", repr(func))
 
 
-def _is_opaque(func: Any) -> bool:
-    if not isinstance(func, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-        return False
-    packet = getattr(func, "overloadpacket", func)
-    return packet._qualified_op_name.partition("::")[0] not in _TRANSPARENT_NAMESPACES
-
-
 class OpRecorder(TorchFunctionMode):
     """Record the calls on per-atom tensors (leading size `n_rows`) of one forward.
 
@@ -185,7 +179,7 @@ class OpRecorder(TorchFunctionMode):
             writes = self._node_indexed(result)
             if writes or self._node_indexed((args, kwargs)):
                 returns_tensor = any(isinstance(v, torch.Tensor) for v in tree_leaves(result))
-                if returns_tensor or _is_opaque(func):
+                if returns_tensor or is_opaque(func):
                     site = site or user_site(sys._getframe(1))
                     self._record(func, site, self._handling(func, args, kwargs), writes)
                     self._track_in_place(func, args, result, site)
@@ -196,11 +190,13 @@ class OpRecorder(TorchFunctionMode):
             return Handling.MARKED
         if func in self.adapted:
             return Handling.ADAPTER
-        if _is_opaque(func):
+        if is_opaque(func):
             return Handling.UNKNOWN_OPAQUE
         if is_aggregation(func):
             target = args[0] if args else kwargs.get("input")
             return Handling.AGGREGATION if self._node_indexed(target) else Handling.OWNED_SUM
+        if reduces_over_atoms(func, args, kwargs, self.n_rows):
+            return Handling.ATOM_REDUCTION
         return Handling.PER_ROW
 
     def _record(self, func: Any, site: str, handling: Handling, writes: bool) -> None:

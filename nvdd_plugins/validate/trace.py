@@ -28,7 +28,8 @@ def trace_and_validate(
     """Validate `model` under domain decomposition on `world_size` simulated ranks.
 
     The model (a copy, in float64 where it converts) runs on `sample` (default: a few
-    hundred atoms of a sheared periodic fcc crystal scaled to the model's cutoff) in one
+    hundred atoms of a sheared periodic fcc crystal scaled to the model's cutoff, of argon or
+    else an element the model has parameters for) in one
     process and distributed, recording every op on per-atom tensors; energy, per-atom
     energies, forces and stress are compared. When the model can run with compile=True,
     its checked first forward runs too, so an in-place scatter whose result is not rebound
@@ -48,7 +49,7 @@ def trace_and_validate(
     strategy = StrategyKind(strategy)
     spec = model.distribution_spec(strategy)
     candidate, dtype, precision_note = in_precision(model, device)
-    atoms = sample_atoms(sample, candidate.cutoff, skin)
+    atoms = sample_atoms(sample, candidate, skin)
     setting = (
         f"{world_size} simulated rank(s), {device}, {str(dtype).removeprefix('torch.')}, "
         f"{len(atoms)} atoms, {strategy.value}"
@@ -67,13 +68,13 @@ def trace_and_validate(
     finding = diagnose(trial, outcome)
     ops = outcome.log.records()
     if finding is None:
-        why_not = trial.can_compile()
-        if why_not is None:
-            compiled = trial.distributed(spec, compiled=True)
+        ready = trial.compile_ready()
+        if isinstance(ready, str):
+            notes.append(f"compile=True rules not checked: {ready}")
+        else:
+            compiled = trial.distributed(spec, compiled=ready)
             finding = diagnose(trial, compiled)
             ops = ops if finding is None else compiled.log.records()
-        else:
-            notes.append(f"compile=True rules not checked: {why_not}")
     return ValidationReport(
         ok=finding is None,
         next_action=None if finding is None else finding.next_action,

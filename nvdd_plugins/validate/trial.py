@@ -121,8 +121,10 @@ class Trial:
             deviations.get(name, float("inf")) <= tol for name, tol in self.tolerances.items()
         )
 
-    def can_compile(self) -> str | None:
-        """None when compile=True can run on this sample, else why not."""
+    def compile_ready(self) -> BaseModelMixin | str:
+        """The model prepared for compile=True (`prepare_for_compile`), or why compile=True
+        cannot run on this sample. Prepared here, before any rank thread starts, since a
+        preparation may patch process-wide state (mace's patches torch.nn.Module.__call__)."""
         if self.strategy is StrategyKind.GRAPH_PARTITION:
             return "graph partition runs eagerly"
         neighbors = self.model.model_config.neighbor_config
@@ -132,16 +134,20 @@ class Trial:
         pbc = torch.as_tensor(self.atoms.pbc)
         if not images_unambiguous(cell, pbc, self.model.cutoff + self.skin):
             return "a periodic width of the sample is below 2 x (cutoff + skin)"
-        return None
+        try:
+            return self.model.prepare_for_compile()
+        except ValueError as err:  # the model says it cannot be compiled
+            return f"{type(self.model).__name__}.prepare_for_compile: {err}"
 
-    def distributed(self, spec: MLIPSpec, compiled: bool = False) -> Outcome:
+    def distributed(self, spec: MLIPSpec, compiled: BaseModelMixin | None = None) -> Outcome:
         """The model under `spec` on the simulated mesh, compared with the reference.
 
-        `compiled`: DomainConfig(compile=True), of which one evaluation runs only the eager,
-        checked first forward (functional halo refreshes: unrebound scatters show).
+        `compiled`: the `compile_ready` model, run with DomainConfig(compile=True), of which
+        one evaluation runs only the eager, checked first forward (functional halo
+        refreshes: unrebound scatters show).
         """
         log = RecordLog()
-        recorded = RecordedModel(self.model, spec, log)
+        recorded = RecordedModel(self.model if compiled is None else compiled, spec, log)
 
         def rank(comm: SimulatedCommunicator) -> dict[str, torch.Tensor]:
             config = DomainConfig(
@@ -149,7 +155,7 @@ class Trial:
                 skin=self.skin,
                 mesh=comm,
                 strategy=self.strategy,
-                compile=compiled,
+                compile=compiled is not None,
             )
             distributed = ReplicatedModel(recorded, config)
             return distributed(self.batch(self.atoms), self.properties)
@@ -160,5 +166,5 @@ class Trial:
             broken = rule_error(err)
             if broken is None:
                 raise
-            return Outcome(spec, compiled, log, {}, broken)
-        return Outcome(spec, compiled, log, self.deviations(result), None)
+            return Outcome(spec, compiled is not None, log, {}, broken)
+        return Outcome(spec, compiled is not None, log, self.deviations(result), None)

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+import tests.torture.zoo  # noqa: F401  (registers torch.ops.torture.edge_scatter)
 from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.errors import DistributionRuleError
@@ -87,6 +88,15 @@ class _OpLayer(_Through):
 def marked_edge_sum(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """The opaque kernel, its result marked as a node aggregation by the calling code."""
     return scattered_onto_nodes(torch.ops.nvdd_tests.edge_sum(h, index, m))
+
+
+def fused_scatter(h: torch.Tensor, index: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """An opaque kernel that reads only per-edge tensors and writes per-atom rows."""
+    return torch.ops.torture.edge_scatter.default(m, index, h.shape[0])
+
+
+class _WriteOnlyOpLayer(_Through):
+    aggregate = staticmethod(fused_scatter)
 
 
 class _MarkedOpLayer(_Through):
@@ -186,6 +196,21 @@ def test_opaque_op_without_adapter_is_reported(caplog) -> None:
     assert "ScatterOutputs()" in reports[0]
     with pytest.raises(RuntimeError, match="no OpAdapter in the spec covers it"):
         _worst_force_error(model, 2, strict=True)
+
+
+def test_opaque_op_that_only_writes_per_atom_rows_is_refused_when_strict() -> None:
+    """Its inputs are per-edge messages and indices: only its output shows the op is
+    per-atom."""
+    model = _mpnn(_WriteOnlyOpLayer, _spec())
+    with pytest.raises(RuntimeError, match=r"torture\.edge_scatter writes per-atom") as failure:
+        _worst_force_error(model, 2, strict=True)
+    suggested = "OpAdapter(op=torch.ops.torture.edge_scatter.default, output_transforms={0: "
+    assert suggested + "ScatterOutputs()})" in str(failure.value)
+    adapter = OpAdapter(
+        op=torch.ops.torture.edge_scatter.default, output_transforms={0: ScatterOutputs()}
+    )
+    fixed = _mpnn(_WriteOnlyOpLayer, _spec(custom_ops=(adapter,)))
+    assert _worst_force_error(fixed, 2, strict=True) < 1e-10
 
 
 def test_compiled_run_refuses_a_scatter_that_is_not_rebound() -> None:

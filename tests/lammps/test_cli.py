@@ -94,3 +94,17 @@ def test_elements_the_mace_model_does_not_know(
     torch.save(tiny_mace(), tmp_path / "tiny.pt")
     argv = ["--mace", str(tmp_path / "tiny.pt"), "--elements", "Cu", "Au", "-o", str(tmp_path)]
     assert "no parameters for Au (79)" in _refused(argv, capsys)
+
+
+def test_mace_converted_to_cuequivariance(tmp_path: Path) -> None:
+    pytest.importorskip("mace")
+    pytest.importorskip("cuequivariance_torch")
+    from tests.helpers.mace_models import tiny_mace
+
+    torch.save(tiny_mace(), tmp_path / "tiny.pt")
+    path = tmp_path / "mace.pkl"
+    argv = ["--mace", str(tmp_path / "tiny.pt"), "--cuequivariance", "--elements", "Ar", "Cu"]
+    main([*argv, "--device", "cpu", "-o", str(path)])
+    model = _load(path)
+    assert isinstance(model.model, MACEWrapper) and model.model.cuequivariance
+    assert model.device == "cpu"

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nvdd_plugins.models.species import missing_species, require_species, species_lookup
+from nvdd_plugins.models.species import (
+    known_species,
+    missing_species,
+    require_species,
+    species_lookup,
+)
 
 
 def test_lookup_maps_each_number_to_its_species_and_others_to_minus_one() -> None:
@@ -14,6 +19,10 @@ def test_lookup_maps_each_number_to_its_species_and_others_to_minus_one() -> Non
     assert lookup.dtype == torch.long and lookup.shape == (30,)
     assert lookup[[1, 8, 29]].tolist() == [2, 1, 0]
     assert int((lookup >= 0).sum()) == 3  # every other number maps to -1
+
+
+def test_known_species_are_the_mapped_numbers_ascending() -> None:
+    assert known_species(species_lookup({29: 0, 1: 2, 8: 1}, torch.device("cpu"))) == (1, 8, 29)
 
 
 def test_missing_species_names_gaps_and_numbers_beyond_the_table() -> None:

@@ -56,3 +56,11 @@ STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
 def test_per_atom_stresses_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, STRESSES, timeout=300)
     assert output.count("STRESSES OK") == n_ranks, output
+
+
+RIGID_ION = Path(__file__).parent / "mpi_scripts" / "ase_rigid_ion.py"
+
+
+def test_ewald_and_pme_under_mpirun() -> None:
+    output = run_mpi(2, RIGID_ION, timeout=300)  # 4 ranks: test_gloo_rigid_ion.py
+    assert output.count("RIGID ION OK") == 2, output

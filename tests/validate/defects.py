@@ -10,7 +10,7 @@ import tests.torture.zoo  # noqa: F401  (registers torch.ops.torture.edge_scatte
 from nvdd_plugins import Batch
 from nvdd_plugins.models import ModelInputs, SimpleMPNN
 from nvdd_plugins.models.mpnn import _Interaction
-from nvdd_plugins.spec import MLIPSpec, scattered_onto_nodes
+from nvdd_plugins.spec import MLIPSpec, scattered_onto_nodes, summed_over_ranks
 from tests.helpers.systems import MPNN_CUTOFF, NotReboundInteraction
 
 
@@ -75,6 +75,23 @@ class OpaqueActivationLayer(_Layer):
 
     def activate(self, x: torch.Tensor) -> torch.Tensor:
         return silu_rows(x)
+
+
+class GlobalSumLayer(_Layer):
+    """Feeds a sum over all atoms back into every atom (on a rank: over its rows only)."""
+
+    def forward(self, h, radial, envelope, receivers, senders):
+        g = torch.tanh(h).sum(dim=0)
+        return super().forward(h, radial, envelope, receivers, senders) + 0.1 * g
+
+
+class SummedOverRanksLayer(_Layer):
+    """The same sum made global: the owned rows' per-system sum, summed over the ranks."""
+
+    def forward(self, h, radial, envelope, receivers, senders):
+        system = torch.zeros(h.shape[0], dtype=torch.long, device=h.device)  # one system
+        g = summed_over_ranks(h.new_zeros(1, h.shape[1]).index_add_(0, system, torch.tanh(h)))
+        return super().forward(h, radial, envelope, receivers, senders) + 0.1 * g[0]
 
 
 def mpnn(layer: type[nn.Module] | None = None, cls: type[SimpleMPNN] = SimpleMPNN) -> SimpleMPNN:

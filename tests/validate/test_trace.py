@@ -7,13 +7,23 @@ import dataclasses
 import inspect
 import threading
 
+import pytest
 import torch
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, OpAdapter, ScatterOutputs
+from nvdd_plugins.spec import (
+    GLOBAL_SUM_ADAPTERS,
+    SPEC_MPNN_HALO,
+    AllReduceSum,
+    DistributionSpec,
+    OpAdapter,
+    ScatterOutputs,
+    summed_over_ranks,
+)
 from nvdd_plugins.validate import Handling, trace_and_validate
-from nvdd_plugins.validate.diagnose import MINIMUM_IMAGE, PRE_SLICED, SENTINELS
+from nvdd_plugins.validate.diagnose import GLOBAL_SUM, MINIMUM_IMAGE, PRE_SLICED, SENTINELS
+from tests.helpers.ionic import PartialSumsOnly, nacl_model, triclinic_nacl
 from tests.helpers.systems import NotReboundInteraction, PreSlicedMPNN
 from tests.validate import defects
 
@@ -106,6 +116,25 @@ def test_an_opaque_per_row_op_gets_a_plain_adapter() -> None:
     assert trace_and_validate(model).ok
 
 
+def test_an_undeclared_sum_over_atoms_is_named_with_the_all_reduce_fix() -> None:
+    report = trace_and_validate(defects.mpnn(defects.GlobalSumLayer))
+    assert not report.ok
+    site = f"tests/validate/defects.py:{_line_of(defects.GlobalSumLayer.forward, '.sum(')}"
+    assert report.next_action.startswith(f"make the sum over the atoms at {site} a sum over")
+    assert report.next_action.endswith(GLOBAL_SUM)
+    assert (Handling.ATOM_REDUCTION, site) in {(r.handling, r.site) for r in report.ops}
+    assert site in str(report)
+    # the fix it describes validates
+    model = defects.mpnn(defects.SummedOverRanksLayer, cls=defects.WithSpec)
+    adapter = OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()})
+    model.spec = dataclasses.replace(
+        SPEC_MPNN_HALO, distribution=DistributionSpec(custom_ops=(adapter,))
+    )
+    fixed = trace_and_validate(model)
+    assert fixed.ok, fixed
+    assert not any(r.handling is Handling.ATOM_REDUCTION for r in fixed.ops)
+
+
 def test_a_model_without_spec_is_not_ok() -> None:
     model = defects.mpnn()
     model.distribution_spec = lambda strategy=None: None
@@ -149,3 +178,14 @@ def test_marked_aggregations_and_adapters_are_recorded_as_handled() -> None:
     adapted = f"tests/validate/defects.py:{_line_of(aggregate, 'edge_scatter')}"
     handled = {(r.handling, r.site) for r in report.ops}
     assert {(Handling.MARKED, marked), (Handling.ADAPTER, adapted)} <= handled
+
+
+@pytest.mark.parametrize("method", ["ewald", "pme"])
+def test_global_sums_without_their_adapters_get_global_sum_adapters(method: str) -> None:
+    atoms = triclinic_nacl()
+    report = trace_and_validate(nacl_model(method, atoms, PartialSumsOnly), atoms)
+    assert not report.ok
+    assert "summed_over_ranks" in report.problem, report.problem
+    assert "add GLOBAL_SUM_ADAPTERS" in report.next_action, report.next_action
+    assert all(a in report.spec.distribution.custom_ops for a in GLOBAL_SUM_ADAPTERS)
+    assert trace_and_validate(nacl_model(method, atoms), atoms).ok

