@@ -10,6 +10,7 @@ from nvdd_plugins.models.base import (
     ModelInputs,
     NeighborConfig,
     NeighborListFormat,
+    model_dtype,
 )
 from nvdd_plugins.models.chunk_grid import ChunkPlan
 from nvdd_plugins.models.chunked import ChunkedEvaluator
@@ -66,6 +67,7 @@ __all__ = [
     "edge_vectors",
     "energy_derivatives",
     "evaluate_model",
+    "model_dtype",
     "new_pair_leaf",
     "new_strain",
     "pair_gradients_of",

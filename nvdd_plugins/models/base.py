@@ -11,7 +11,14 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.spec import MLIPSpec
 
-__all__ = ["BaseModelMixin", "ModelConfig", "ModelInputs", "NeighborConfig", "NeighborListFormat"]
+__all__ = [
+    "BaseModelMixin",
+    "ModelConfig",
+    "ModelInputs",
+    "NeighborConfig",
+    "NeighborListFormat",
+    "model_dtype",
+]
 
 
 class NeighborListFormat(StrEnum):
@@ -158,3 +165,10 @@ class BaseModelMixin:
         """A wrapper whose forward `torch.compile` can trace (default: this one); raises a
         ValueError saying why when the model cannot run with compile=True."""
         return self
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter or buffer (the dtype it
+    computes in), or None for a model without one (any dtype serves it)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)

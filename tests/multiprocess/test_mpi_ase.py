@@ -24,13 +24,13 @@ def test_ase_calculator_under_mpirun(n_ranks: int) -> None:
 FAILURES = Path(__file__).parent / "mpi_scripts" / "ase_failures.py"
 
 
-def _plain_mpirun(mode: str) -> tuple[int, str]:
+def _plain_mpirun(mode: str, timeout: float = 60) -> tuple[int, str]:
     command = ["mpirun", "-n", "2", sys.executable, str(FAILURES), mode]
-    return run_command(command, None, timeout=120)
+    return run_command(command, None, timeout)
 
 
 def test_stress_asked_on_one_rank_is_served_from_the_cache() -> None:
-    code, output = _plain_mpirun("stress")
+    code, output = _plain_mpirun("stress", timeout=120)
     assert code == 0, output
     assert "stress on rank 0 alone" in output and output.count("DONE") == 2
 
@@ -39,6 +39,14 @@ def test_one_rank_raising_aborts_all_without_m_mpi4py() -> None:
     code, output = _plain_mpirun("raise")
     assert code != 0, output
     assert "rank 1 failed on purpose" in output
+    assert "rank 0 was not stopped" not in output
+
+
+def test_a_rank_raising_before_its_calculator_exists_aborts_all() -> None:
+    """Importing the calculator module installs the abort hook under a multi-rank mpirun."""
+    code, output = _plain_mpirun("early")
+    assert code != 0, output
+    assert "rank 1 failed before building a calculator" in output
     assert "rank 0 was not stopped" not in output
 
 
