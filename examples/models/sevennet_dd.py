@@ -1,7 +1,7 @@
 """A SevenNet model under domain decomposition, against the same model in one process.
 
-    make install-sevenn  # once: sevenn in an overlay environment (it needs e3nn >= 0.5)
-    .venv-sevenn/bin/python examples/models/sevennet_dd.py [--ranks 2] [--cells 3]
+    make install-e3nn  # once: sevenn in an overlay environment (it needs e3nn >= 0.5)
+    .venv-e3nn/bin/python examples/models/sevennet_dd.py [--ranks 2] [--cells 3]
 
 A tiny random-weight sevenn model (built offline from a config; for a trained one, wrap a
 checkpoint's model: `SevenNetWrapper(sevenn.util.load_checkpoint(path).build_model())`)

@@ -22,19 +22,26 @@ from nvdd_plugins.comm import (
     Communicator,
     LocalCommunicator,
     MPICommunicator,
+    detect_launch,
     end_job_on_exception,
     resolve_communicator,
 )
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import NonFiniteError, ReplicatedModel
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["DomainDecomposedCalculator"]
 
 # A new decomposition is needed when these change; positions and cell are tracked by the
 # rebuild logic (skin) instead.
 _RESET_ON = {"numbers", "pbc"}
+
+# At import, not in the constructor: a rank that raises before it builds a calculator (also
+# without `python -m mpi4py`) must abort every rank, not leave them waiting in the first
+# evaluation.
+if (_launch := detect_launch()).launcher == "mpirun" and _launch.world_size > 1:
+    end_job_on_exception("mpirun")
 
 
 def _world_communicator(comm: Any) -> Communicator:
@@ -61,7 +68,8 @@ class DomainDecomposedCalculator(Calculator):
             moved more than skin / 2, or the cell changed.
         comm: an mpi4py communicator (default `MPI.COMM_WORLD`; one rank without mpi4py) or
             any nvdd `Communicator`.
-        dtype: floating dtype of the evaluation (float64 by default).
+        dtype: floating dtype of the evaluation; default: the model's own (float64 for a
+            model without floating-point tensors). Another dtype than the model's is refused.
         device: torch device of the evaluation.
         strategy: `StrategyKind.HALO` (spatial sub-domains) or `StrategyKind.GRAPH_PARTITION`
             (index shards; for models that build their own graph).
@@ -83,7 +91,7 @@ class DomainDecomposedCalculator(Calculator):
         model: BaseModelMixin,
         skin: float = 0.5,
         comm: Any = None,
-        dtype: torch.dtype = torch.float64,
+        dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
         strategy: StrategyKind = StrategyKind.HALO,
         chunk_atoms: int | str | None = None,
@@ -93,7 +101,7 @@ class DomainDecomposedCalculator(Calculator):
         self.model = model
         self.skin = float(skin)
         self.comm = _world_communicator(comm)
-        self.dtype = dtype
+        self.dtype = _evaluation_dtype(model, dtype)
         self.device = torch.device(device)
         self.strategy = StrategyKind(strategy)
         self.chunk_atoms = chunk_atoms
@@ -163,6 +171,19 @@ class DomainDecomposedCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
         if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())
+
+
+def _evaluation_dtype(model: BaseModelMixin, dtype: torch.dtype | None) -> torch.dtype:
+    """`dtype`, else the model's; a dtype other than the model's fails here, naming both,
+    rather than deep inside the model's first forward."""
+    own = model_dtype(model) if isinstance(model, torch.nn.Module) else None
+    if dtype is not None and own is not None and dtype != own:
+        raise ValueError(
+            f"the model computes in {own} but the calculator was given dtype={dtype}: leave "
+            f"dtype out (it defaults to the model's), or convert the model with "
+            f"model.to({dtype})"
+        )
+    return dtype or own or torch.float64
 
 
 def _check_finite(energy: float, forces: torch.Tensor) -> None:

@@ -23,12 +23,18 @@ from nvdd_plugins.comm.primitives import (
     sum_ghosts_into_owners,
 )
 from nvdd_plugins.comm.resolve import resolve_communicator, set_default_communicator
-from nvdd_plugins.comm.simulated import SimulatedCommunicator, SimulatedMesh, run_simulated
+from nvdd_plugins.comm.simulated import (
+    CountingCommunicator,
+    SimulatedCommunicator,
+    SimulatedMesh,
+    run_simulated,
+)
 from nvdd_plugins.comm.staging import Staging
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = [
     "Communicator",
+    "CountingCommunicator",
     "HaloPlan",
     "HaloSlot",
     "LaunchInfo",

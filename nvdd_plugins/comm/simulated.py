@@ -22,7 +22,7 @@ import torch
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
 
-__all__ = ["SimulatedCommunicator", "SimulatedMesh", "run_simulated"]
+__all__ = ["CountingCommunicator", "SimulatedCommunicator", "SimulatedMesh", "run_simulated"]
 
 T = TypeVar("T")
 _POLL_S = 0.02  # how often a rank waiting for a message checks whether another rank failed
@@ -146,6 +146,20 @@ class SimulatedCommunicator(Communicator):
     def barrier(self) -> None:
         """Wait for every virtual rank."""
         self._wait()
+
+
+class CountingCommunicator(SimulatedCommunicator):
+    """A virtual rank that counts its halo exchanges (`exchanges`; reset it at will): how
+    many a model's step makes."""
+
+    def __init__(self, comm: SimulatedCommunicator) -> None:
+        super().__init__(comm.mesh, comm.rank)
+        self.exchanges = 0
+
+    def exchange(self, *args: Any, **kwargs: Any) -> Any:
+        """`SimulatedCommunicator.exchange`, counted."""
+        self.exchanges += 1
+        return super().exchange(*args, **kwargs)
 
 
 def _where_waiting(threads: dict[int, threading.Thread]) -> str:

@@ -129,6 +129,11 @@ class BaseDynamics:
         (default: `hook.frequency`, else 1). Hooks of one stage fire in attachment order."""
         self._hooks.append(AttachedHook.of(hook, interval, stage))
 
+    @property
+    def hooks(self) -> tuple[AttachedHook, ...]:
+        """The attached hooks, in the order they were attached."""
+        return tuple(self._hooks)
+
     def _due(self, stage: DynamicsStage) -> list[AttachedHook]:
         return [entry for entry in self._hooks if entry.due(stage, self.step_count)]
 

@@ -10,6 +10,7 @@ from nvdd_plugins.models.base import (
     ModelInputs,
     NeighborConfig,
     NeighborListFormat,
+    model_dtype,
 )
 from nvdd_plugins.models.chunk_grid import ChunkPlan
 from nvdd_plugins.models.chunked import ChunkedEvaluator
@@ -21,10 +22,15 @@ from nvdd_plugins.models.evaluate import (
     evaluate_model,
     new_strain,
 )
+from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
+from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
+from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
+from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
+from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
 from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
@@ -34,11 +40,16 @@ from nvdd_plugins.models.virials import (
 )
 
 __all__ = [
+    "COULOMB_CONSTANT",
+    "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
+    "AllegroWrapper",
     "BaseModelMixin",
+    "BornMayerHuggins",
     "ChunkPlan",
     "ChunkedEvaluator",
+    "Ewald",
     "LennardJonesModel",
     "MACEWrapper",
     "ModelConfig",
@@ -46,7 +57,9 @@ __all__ = [
     "ModelInputs",
     "NeighborConfig",
     "NeighborListFormat",
+    "NequIPWrapper",
     "RadiusGraphMPNN",
+    "RigidIonModel",
     "SevenNetWrapper",
     "SimpleMPNN",
     "apply_strain",
@@ -54,11 +67,15 @@ __all__ = [
     "edge_vectors",
     "energy_derivatives",
     "evaluate_model",
+    "model_dtype",
     "new_pair_leaf",
     "new_strain",
     "pair_gradients_of",
     "per_atom_stresses",
     "random_aimnet2",
+    "random_allegro",
     "random_mace",
+    "random_nequip",
     "random_sevennet",
+    "rigid_ion_spec",
 ]

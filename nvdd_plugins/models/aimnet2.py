@@ -24,10 +24,9 @@ from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
     ENERGY_KINDS,
-    AllReduceSum,
+    GLOBAL_SUM_ADAPTERS,
     DistributionSpec,
     MLIPSpec,
-    OpAdapter,
     OutputKind,
     PythonAdapter,
     for_strategy,
@@ -54,7 +53,7 @@ def aimnet2_spec(strategy: StrategyKind | None = None) -> MLIPSpec:
     (`mol_sum_over_ranks`), every per-pair sum onto `edge_index[0]`, per-atom "charges"; no
     `n_layers` (the sums are global: no fixed ghost shell serves without exchange)."""
     distribution = DistributionSpec(
-        custom_ops=(OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()}),),
+        custom_ops=GLOBAL_SUM_ADAPTERS,
         third_party_helpers=(
             PythonAdapter(target="aimnet.nbops:mol_sum", replacement=mol_sum_over_ranks),
         ),

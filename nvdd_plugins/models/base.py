@@ -11,7 +11,14 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.spec import MLIPSpec
 
-__all__ = ["BaseModelMixin", "ModelConfig", "ModelInputs", "NeighborConfig", "NeighborListFormat"]
+__all__ = [
+    "BaseModelMixin",
+    "ModelConfig",
+    "ModelInputs",
+    "NeighborConfig",
+    "NeighborListFormat",
+    "model_dtype",
+]
 
 
 class NeighborListFormat(StrEnum):
@@ -56,11 +63,16 @@ class ModelConfig:
             ("forces" = -dE/dpositions, "stress" = dE/dstrain / volume).
         autograd_inputs: inputs those derivatives are taken with respect to ("positions").
         neighbor_config: the neighbour list to build, or None for a model without one.
+        edge_energy: the energy depends on positions only through the edge vectors, so it
+            has a derivative per edge (per-atom virials, LAMMPS pair forces). False for a
+            model with a term of the positions themselves (a reciprocal-space sum), which
+            then refuses per-edge derivatives instead of leaving that term out.
     """
 
     autograd_outputs: frozenset[str] = frozenset()
     autograd_inputs: frozenset[str] = frozenset()
     neighbor_config: NeighborConfig | None = None
+    edge_energy: bool = True
 
     def __post_init__(self) -> None:
         for name in ("autograd_outputs", "autograd_inputs"):
@@ -153,3 +165,10 @@ class BaseModelMixin:
         """A wrapper whose forward `torch.compile` can trace (default: this one); raises a
         ValueError saying why when the model cannot run with compile=True."""
         return self
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """The dtype of the model's first floating-point parameter or buffer (the dtype it
+    computes in), or None for a model without one (any dtype serves it)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)

@@ -30,7 +30,14 @@ def pair_gradients_of(
     gradient: torch.Tensor | None, leaf: torch.Tensor, model: BaseModelMixin
 ) -> torch.Tensor:
     """The gradient with respect to the pair leaf, or a clear error when the model does not
-    build its edge vectors from the batch's shifts (no per-edge derivative exists then)."""
+    build its edge vectors from the batch's shifts or has a term of the positions themselves
+    (no per-edge derivative exists then)."""
+    if not model.model_config.edge_energy:
+        raise ValueError(
+            f"{type(model).__name__} has an energy term of the atoms' positions (a "
+            "reciprocal-space sum), not of pair vectors alone: per-atom virials and pair "
+            "forces are not defined for it"
+        )
     if gradient is not None:
         return gradient
     if leaf.shape[0]:

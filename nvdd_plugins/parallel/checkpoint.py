@@ -3,7 +3,7 @@
 The file holds the full system ordered by global id (every per-atom field, cell, pbc and
 the last energy/stress), the integrator's `state_dict()`, and what makes a restart continue
 bit-identically at the same rank count: each atom's owner rank, the positions and cell of the
-last neighbour-list rebuild, the decomposition frame and rank grid, the padding species and
+last neighbour-list rebuild, the decomposition frame, rank grid and cuts, the padding species and
 the per-rank padded capacities. A restart assigns owners and builds the halo view from the
 positions of that rebuild, exactly as the uninterrupted run did, then puts the current
 positions and velocities in; the next rebuild comes when it would have come anyway.
@@ -29,6 +29,14 @@ from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame, StaggeredCuts
 from nvdd_plugins.distributed_model import HaloDomain
 from nvdd_plugins.dynamics import BaseDynamics
+from nvdd_plugins.errors import raised_on_every_rank
+from nvdd_plugins.parallel.checkpoint_file import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_VERSION,
+    CheckpointFormatError,
+    read_checkpoint_file,
+    write_checkpoint_file,
+)
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -41,16 +49,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FORMAT = "nvdd.DomainParallel.checkpoint"
-CHECKPOINT_VERSION = 1
-
 CheckpointPath = str | os.PathLike[str]
 
 _FIELD = "field:"  # prefix of the batch's per-atom fields among the gathered tensors
-
-
-class CheckpointFormatError(ValueError):
-    """The file is not a `DomainParallel` checkpoint of a version this code reads."""
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -77,52 +78,54 @@ def save_domain_checkpoint(
     capacities = torch.cat(comm.all_gather(torch.tensor([state["capacities"]])))
     problem = None
     if comm.rank == 0:
-        frame: DecompositionFrame = state["frame"]
-        content = {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "atoms": {
-                name[len(_FIELD) :]: value.cpu()
-                for name, value in gathered.items()
-                if name.startswith(_FIELD)
-            },
-            "system": {
-                name: value.detach().cpu() for name, value in owned.fields(FieldLevel.SYSTEM)
-            },
-            "device": owned.device.type,
-            "dynamics": {"class": type(dynamics).__name__, "state": dynamics.state_dict()},
-            "neighbor_list": {
-                "reference_positions": gathered["reference_positions"].cpu() if usable else None,
-                "reference_cell": reference[1].cpu() if usable else None,
-            },
-            "decomposition": {
-                "world_size": comm.size,
-                "grid": list(state["grid"]),
-                "cuts": {axis: getattr(state["cuts"], axis) for axis in "xyz"},
-                "origin": frame.origin.cpu(),
-                "box": frame.box.cpu(),
-                "pbc": frame.pbc.cpu(),
-                "padding_species": int(state["padding_species"]),
-                "owner": gathered["owner"].cpu(),
-                "capacities": capacities.cpu(),
-            },
-        }
-        problem = _write(Path(path), content)
+        try:
+            write_checkpoint_file(
+                Path(path), _content(gathered, owned, dynamics, state, capacities, comm.size)
+            )
+        except Exception as err:  # whatever it is, every rank must raise, not rank 0 alone
+            problem = f"cannot write the checkpoint {path}: {type(err).__name__}: {err}"
     problem = comm.broadcast_object(problem, src=0)
     if problem is not None:
-        raise OSError(problem)
+        raise raised_on_every_rank(OSError(problem))
     logger.info("rank %d: checkpoint at step %d written", comm.rank, dynamics.step_count)
 
 
-def _write(path: Path, content: dict[str, Any]) -> str | None:
-    """Write atomically; the reason on failure, else None."""
-    partial = path.with_name(path.name + ".partial")
-    try:
-        torch.save(content, partial)
-        os.replace(partial, path)
-    except OSError as err:
-        return f"cannot write the checkpoint {path}: {err}"
-    return None
+def _content(
+    gathered: Mapping[str, torch.Tensor],
+    owned: Batch,
+    dynamics: BaseDynamics,
+    state: Mapping[str, Any],
+    capacities: torch.Tensor,
+    world_size: int,
+) -> dict[str, Any]:
+    """What the file holds, from the per-atom fields gathered on rank 0."""
+    frame: DecompositionFrame = state["frame"]
+    reference = gathered.get("reference_positions")
+    return {
+        "atoms": {
+            name[len(_FIELD) :]: value.cpu()
+            for name, value in gathered.items()
+            if name.startswith(_FIELD)
+        },
+        "system": {name: value.detach().cpu() for name, value in owned.fields(FieldLevel.SYSTEM)},
+        "device": owned.device.type,
+        "dynamics": {"class": type(dynamics).__name__, "state": dynamics.state_dict()},
+        "neighbor_list": {
+            "reference_positions": reference.cpu() if reference is not None else None,
+            "reference_cell": state["reference"][1].cpu() if reference is not None else None,
+        },
+        "decomposition": {
+            "world_size": world_size,
+            "grid": list(state["grid"]),
+            "cuts": {axis: getattr(state["cuts"], axis) for axis in "xyz"},
+            "origin": frame.origin.cpu(),
+            "box": frame.box.cpu(),
+            "pbc": frame.pbc.cpu(),
+            "padding_species": int(state["padding_species"]),
+            "owner": gathered["owner"].cpu(),
+            "capacities": capacities.cpu(),
+        },
+    }
 
 
 # -- restoring ----------------------------------------------------------------------------
@@ -140,13 +143,16 @@ def restore_domain_checkpoint(
 
     Raises `FileNotFoundError` (no such file) or `CheckpointFormatError` on every rank.
     """
-    content, problem = (None, None)
+    content, problem = None, None
     if comm.rank == 0:
-        content, problem = _read(Path(path))
+        try:
+            content = read_checkpoint_file(Path(path))
+        except (OSError, CheckpointFormatError) as err:
+            problem = (type(err), str(err))
     problem = comm.broadcast_object(problem, src=0)
     if problem is not None:
-        missing, message = problem
-        raise FileNotFoundError(message) if missing else CheckpointFormatError(message)
+        kind, message = problem
+        raise raised_on_every_rank(kind(message))
     meta = comm.broadcast_object(_metadata(content) if comm.rank == 0 else None, src=0)
     target = local_device(device if device is not None else meta["device"])
     layout = meta["decomposition"]
@@ -213,29 +219,6 @@ def restore_domain_checkpoint(
         "rank %d: restored %d atoms at step %d", comm.rank, owned.num_nodes, dynamics.step_count
     )
     return owned
-
-
-def _read(path: Path) -> tuple[dict[str, Any] | None, tuple[bool, str] | None]:
-    """The checkpoint's content, or (None, (file missing?, why it cannot be used))."""
-    if not path.is_file():
-        return None, (True, f"no checkpoint at {path}: the file does not exist or is not a file")
-    expected = f"{CHECKPOINT_FORMAT!r} version {CHECKPOINT_VERSION}"
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        return None, (False, f"{path} is not a {expected} checkpoint ({reason})")
-    tag = content.get("format") if isinstance(content, dict) else None
-    if tag != CHECKPOINT_FORMAT:
-        return None, (False, f"{path} is not a {expected} checkpoint (format tag {tag!r})")
-    version = content.get("version")
-    if version != CHECKPOINT_VERSION:
-        return None, (
-            False,
-            f"{path} is version {version!r} of {CHECKPOINT_FORMAT!r}; this "
-            f"code reads version {CHECKPOINT_VERSION}",
-        )
-    return content, None
 
 
 def _metadata(content: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from enum import StrEnum
 from types import TracebackType
 
 import torch
@@ -24,28 +23,19 @@ from nvdd_plugins.dynamics import (
     ThermoLogger,
     TrajectoryWriter,
 )
+from nvdd_plugins.errors import raised_on_every_rank
 from nvdd_plugins.parallel.checkpoint import (
     CheckpointPath,
     restore_domain_checkpoint,
     save_domain_checkpoint,
 )
+from nvdd_plugins.parallel.failures import notes_failures
+from nvdd_plugins.parallel.hook_schedule import HookScope, check_same_hooks, collective_hooks
 from nvdd_plugins.parallel.mesh_sums import MeshSums
 
 __all__ = ["DomainParallel", "HookScope"]
 
 logger = logging.getLogger(__name__)
-
-
-class HookScope(StrEnum):
-    """What a hook on the outer `DomainParallel` sees.
-
-    LOCAL: the rank's own atoms. RANK_ZERO: the full system gathered to rank 0 (runs there
-    only). GLOBAL: the full system gathered to every rank (identical everywhere).
-    """
-
-    LOCAL = "local"
-    RANK_ZERO = "rank_zero"
-    GLOBAL = "global"
 
 
 def _fingerprint(batch: Batch) -> list[tuple[str, int, int]]:
@@ -118,13 +108,14 @@ class DomainParallel:
         self.batch = None
 
     # -- partition ------------------------------------------------------------------------
+    @notes_failures
     def partition(self, full: Batch | None) -> Batch:
         """Distribute the full system held by rank 0 (None elsewhere); return this rank's
         owned atoms as a single-system `Batch` (with "global_ids") on this rank's device."""
         problem = self._check_full(full) if self.comm.rank == 0 else None
         problem = self.comm.broadcast_object(problem, src=0)
         if problem:
-            raise ValueError(f"partition(): {problem}")
+            raise raised_on_every_rank(ValueError(f"partition(): {problem}"))
         if self.comm.rank == 0:
             full = full.copy()
             if "global_ids" not in full:
@@ -168,12 +159,14 @@ class DomainParallel:
         return None
 
     # -- checkpoints ----------------------------------------------------------------------
+    @notes_failures
     def save_checkpoint(self, path: CheckpointPath) -> None:
         """Write the run's state to one file on rank 0 (collective): the full system by global
         id, the integrator's `state_dict()` and the decomposition and neighbour-list state."""
         owned = self._owned(None)
         save_domain_checkpoint(path, owned, self.dynamics, self.model.domain, self.comm)
 
+    @notes_failures
     def restore_checkpoint(
         self, path: CheckpointPath, device: torch.device | str | None = None
     ) -> Batch:
@@ -185,6 +178,7 @@ class DomainParallel:
         return self.batch
 
     # -- stepping -------------------------------------------------------------------------
+    @notes_failures
     def gather(self, batch: Batch, dst: int | None = None) -> Batch | None:
         """The full system, ordered by global id, assembled from every rank (collective): on
         every rank, or with `dst` on that rank only (the others get None and receive no
@@ -222,6 +216,7 @@ class DomainParallel:
                     "hook or the integrator"
                 )
 
+    @notes_failures
     def step(self, batch: Batch | None = None) -> tuple[Batch, bool]:
         """One step of the inner dynamics on this rank's atoms, with the outer hooks; returns
         this rank's owned batch and whether the optimizer has converged mesh-wide (always
@@ -232,10 +227,12 @@ class DomainParallel:
             self._fire(DynamicsStage.BEFORE_STEP, batch)
             self.dynamics.step(batch)
         except NonFiniteError as err:
-            raise NonFiniteError(f"step {self.dynamics.step_count}: {err}") from None
+            failure = NonFiniteError(f"step {self.dynamics.step_count}: {err}")
+            raise raised_on_every_rank(failure) from None
         self._fire(DynamicsStage.AFTER_STEP, batch)
         return batch, self.converged(batch)
 
+    @notes_failures
     def run(
         self, batch: Batch | None = None, n_steps: int | None = None, forces_current: bool = False
     ) -> Batch:
@@ -248,6 +245,7 @@ class DomainParallel:
         (`BaseDynamics.mark_forces_current`).
         """
         batch = self._owned(batch)
+        check_same_hooks(self.comm, collective_hooks(self._hooks, self.dynamics.hooks))
         if forces_current:
             self.dynamics.mark_forces_current(batch)
         steps = self.n_steps if n_steps is None else int(n_steps)
@@ -260,7 +258,8 @@ class DomainParallel:
         try:
             self.model.check_finite(batch)  # the last step's forces are checked nowhere else
         except NonFiniteError as err:
-            raise NonFiniteError(f"after step {self.dynamics.step_count}: {err}") from None
+            failure = NonFiniteError(f"after step {self.dynamics.step_count}: {err}")
+            raise raised_on_every_rank(failure) from None
         elapsed = time.perf_counter() - start
         logger.info(
             "rank %d: %d steps in %.2f s, %d rebuilds",
@@ -271,6 +270,7 @@ class DomainParallel:
         )
         return batch
 
+    @notes_failures
     def converged(self, batch: Batch | None = None) -> bool:
         """Whether the inner optimizer has converged, decided mesh-wide (collective; an
         integrator never converges)."""

@@ -17,11 +17,13 @@ from nvdd_plugins.comm import (
     LaunchInfo,
     LocalCommunicator,
     TorchDistCommunicator,
+    abort_job,
     detect_launch,
     end_job_on_exception,
     set_default_communicator,
     slurm_first_host,
 )
+from nvdd_plugins.parallel.failures import forget_failures, noted_failure
 
 __all__ = ["DistributedManager"]
 
@@ -82,6 +84,7 @@ class DistributedManager:
         """
         if cls._current is not None:
             return cls._current
+        forget_failures()
         info = detect_launch()
         use_cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
         torch_device = torch.device("cuda", info.local_rank) if use_cuda else torch.device("cpu")
@@ -145,9 +148,26 @@ class DistributedManager:
         On a normal exit all ranks first meet at a barrier: tearing gloo down while a peer
         still talks to it can abort that peer. While an exception propagates the group is
         left alone (destroying an NCCL group with a peer gone can block): the exception
-        hook ends the process and the launcher ends its peers.
+        hook ends the process and the launcher ends its peers. After an exception left a
+        `DomainParallel` call on this rank only (caught by the script), its peers may still
+        wait in that call's collective: cleanup then ends the job, as the exception hook would.
         """
-        if dist.is_available() and dist.is_initialized() and sys.exc_info()[0] is None:
+        propagating = sys.exc_info()[0] is not None
+        failure = noted_failure()
+        if (
+            failure is not None
+            and not propagating
+            and dist.is_available()
+            and dist.is_initialized()
+        ):
+            launcher = cls._current.info.launcher if cls._current else detect_launch().launcher
+            sys.stderr.write(
+                f"[rank{dist.get_rank()}]: DistributedManager.cleanup(): {failure} left "
+                "DomainParallel on this rank while the other ranks may wait for it in a "
+                "collective; ending the job instead of waiting in cleanup's barrier\n"
+            )
+            abort_job(launcher == "mpirun")
+        if dist.is_available() and dist.is_initialized() and not propagating:
             dist.barrier()
             dist.destroy_process_group()
             # gloo's worker threads may still hold the last references to exchanged tensors;

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, PythonAdapter
+from nvdd_plugins.spec.global_sums import GLOBAL_SUM_ADAPTERS, owned_part, summed_over_ranks
 from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import (
     OwnedRows,
     owned_rows,
     refreshing_marks,
     scattered_onto_nodes,
-    summed_over_ranks,
 )
 from nvdd_plugins.spec.mlip_spec import DistributionSpec, MLIPSpec
 from nvdd_plugins.spec.policies import GraphParallelPolicy, HaloStoragePolicy, policy_for
@@ -30,6 +30,7 @@ from nvdd_plugins.spec.transforms import (
 
 __all__ = [
     "ENERGY_KINDS",
+    "GLOBAL_SUM_ADAPTERS",
     "SPEC_LJ_HALO",
     "SPEC_MPNN_GRAPH",
     "SPEC_MPNN_HALO",
@@ -49,6 +50,7 @@ __all__ = [
     "SliceOwned",
     "Transform",
     "for_strategy",
+    "owned_part",
     "owned_rows",
     "policy_for",
     "refreshing_marks",

@@ -8,8 +8,7 @@ indices); the Python code around such a kernel knows which, and says so with thi
 tells such a model which rows are owned, so per-atom work after an aggregation can skip the
 ghost rows (MACE: its own LAMMPS code path, node features exchanged once per interaction).
 
-`summed_over_ranks` marks a rank's partial of a sum over the whole system, which an
-`OpAdapter` with `AllReduceSum` turns into the sum over all ranks.
+Sums over the whole system have their own marks (`global_sums`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ __all__ = [
     "owned_rows",
     "refreshing_marks",
     "scattered_onto_nodes",
-    "summed_over_ranks",
 ]
 
 # The ghost-row refresh of a distributed forward that runs without op interception.
@@ -71,16 +69,6 @@ def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
         return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
     marks = _MARKS.get()
     return tensor if marks is None else marks.refresh(tensor)
-
-
-def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
-    """Identity in one process. In a distributed forward whose spec adapts it with
-    `OpAdapter(op=summed_over_ranks, output_transforms={0: AllReduceSum()})`, `tensor` is
-    this rank's partial of a sum over the system (e.g. a node -> system `index_add_`, of
-    which nvdd keeps the owned rows) and the result is the sum over all ranks."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
-    return tensor
 
 
 @contextmanager

@@ -10,12 +10,15 @@ the atoms that each rank makes over its own rows only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from torch.overrides import TorchFunctionMode
 
 from nvdd_plugins.distributed_model import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.spec import MLIPSpec, OpAdapter, ScatterOutputs
+from nvdd_plugins.spec import GLOBAL_SUM_ADAPTERS, MLIPSpec, OpAdapter, ScatterOutputs
 from nvdd_plugins.validate.recording import Handling, OpRecord, RecordLog, user_site_of
 from nvdd_plugins.validate.trial import Outcome, Trial
 
@@ -65,7 +68,8 @@ def diagnose(trial: Trial, outcome: Outcome) -> Finding | None:
     if trial.agrees(outcome.deviations) and not unknown:
         return None
     return (
-        _periodicity_finding(trial)
+        _global_sum_finding(trial, outcome.spec)
+        or _periodicity_finding(trial)
         or (_adapter_finding(trial, outcome.spec, unknown) if unknown else None)
         or _reduction_finding(outcome)
         or _mismatch_finding(outcome)
@@ -106,6 +110,60 @@ def _rule_finding(error: DistributionRuleError, log: RecordLog) -> Finding:
 
 
 # -- wrong numbers ---------------------------------------------------------------------------
+def _with_adapters(spec: MLIPSpec, added: tuple[OpAdapter, ...]) -> MLIPSpec:
+    distribution = spec.distribution
+    custom_ops = distribution.custom_ops + added
+    return dataclasses.replace(
+        spec, distribution=dataclasses.replace(distribution, custom_ops=custom_ops)
+    )
+
+
+class _MarkProbe(TorchFunctionMode):
+    """Notes whether a forward calls a global-sum mark."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = False
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict | None = None
+    ) -> Any:
+        self.seen = self.seen or func in _GLOBAL_SUM_MARKS
+        return func(*args, **(kwargs or {}))
+
+
+_GLOBAL_SUM_MARKS = frozenset(adapter.op for adapter in GLOBAL_SUM_ADAPTERS)
+
+
+def _calls_global_sum_marks(trial: Trial) -> bool:
+    """Whether the model's single-process forward calls `owned_part` or `summed_over_ranks`."""
+    with _MarkProbe() as probe:
+        trial.single_process(trial.atoms)
+    return probe.seen
+
+
+def _global_sum_finding(trial: Trial, spec: MLIPSpec) -> Finding | None:
+    """A spec without the adapters of the global-sum marks (`owned_part`,
+    `summed_over_ranks`) whose numbers agree once they are added: each rank summed its own
+    rows only."""
+    covered = {adapter.op for adapter in spec.distribution.custom_ops}
+    missing = tuple(a for a in GLOBAL_SUM_ADAPTERS if a.op not in covered)
+    if not missing or not _calls_global_sum_marks(trial):
+        return None
+    fixed = _with_adapters(spec, missing)
+    outcome = trial.distributed(fixed)
+    if outcome.error is not None or not trial.agrees(outcome.deviations):
+        return None
+    names = ", ".join(adapter.op.__name__ for adapter in missing)
+    return Finding(
+        f"the model's global sums pass through {names}, which no adapter in the spec "
+        "distributes: each rank summed over its own rows instead of the whole system",
+        "add GLOBAL_SUM_ADAPTERS (nvdd_plugins.spec) to the spec's "
+        "DistributionSpec(custom_ops=...)",
+        fixed,
+    )
+
+
 def _periodicity_finding(trial: Trial) -> Finding | None:
     """The model's single-process energy must not change when every atom is translated and
     wrapped back into the cell; a model that ignores periodic images fails this."""
@@ -154,11 +212,7 @@ def _adapter_finding(
 
     def fixed(choice: dict[str, bool]) -> MLIPSpec:
         added = tuple(_adapter(unknown[name][0], s) for name, s in choice.items())
-        distribution = spec.distribution
-        custom_ops = distribution.custom_ops + added
-        return dataclasses.replace(
-            spec, distribution=dataclasses.replace(distribution, custom_ops=custom_ops)
-        )
+        return _with_adapters(spec, added)
 
     def works(choice: dict[str, bool]) -> bool:
         outcome = trial.distributed(fixed(choice))

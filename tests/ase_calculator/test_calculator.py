@@ -67,3 +67,24 @@ def test_stress_of_a_cluster_is_not_implemented() -> None:
     atoms.get_forces()
     with pytest.raises(Exception, match="stress"):
         atoms.get_stress()
+
+
+def test_the_dtype_defaults_to_the_model_and_another_is_named() -> None:
+    """A float32 model gets float32 atoms by default (the single-process evaluation of the
+    same model in float32 is the reference); an explicit other dtype is refused at
+    construction, naming both, instead of failing inside the model."""
+    import torch
+
+    from nvdd_plugins.data import Batch
+    from nvdd_plugins.models import evaluate_model
+    from tests.helpers.systems import mpnn_model
+
+    model = mpnn_model().float()
+    atoms = SYSTEMS["bulk"]()
+    atoms.calc = DomainDecomposedCalculator(model)
+    assert atoms.calc.dtype == torch.float32
+    reference = evaluate_model(model, Batch.from_atoms(atoms, dtype=torch.float32))
+    assert abs(atoms.get_potential_energy() - float(reference["energy"].sum())) < 1e-4
+    assert np.abs(atoms.get_forces() - reference["forces"].numpy()).max() < 1e-6
+    with pytest.raises(ValueError, match=r"computes in torch.float32 .* dtype=torch.float64"):
+        DomainDecomposedCalculator(model, dtype=torch.float64)

@@ -12,23 +12,10 @@ import pytest
 import torch
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
-from nvdd_plugins.comm import Communicator, run_simulated
-from nvdd_plugins.comm.simulated import SimulatedCommunicator
+from nvdd_plugins.comm import Communicator, CountingCommunicator, run_simulated
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
 from tests.helpers.systems import SYSTEMS
-
-
-class CountingCommunicator(SimulatedCommunicator):
-    """A simulated rank that counts its `exchange` calls."""
-
-    def __init__(self, comm: SimulatedCommunicator) -> None:
-        super().__init__(comm.mesh, comm.rank)
-        self.exchanges = 0
-
-    def exchange(self, *args, **kwargs):
-        self.exchanges += 1
-        return super().exchange(*args, **kwargs)
 
 
 def _steady_counts(model, atoms, world_size: int, steps: int = 3) -> list[list[int]]:
@@ -83,3 +70,20 @@ def test_mace_exchanges_per_step_on_owned_rows() -> None:
         # two interaction layers through mace's owned-rows (LAMMPS) path: positions, then
         # node features before the second layer (the marked scatters would make it 6)
         assert counts == [2 * 2] * 3
+
+
+@pytest.mark.nequip
+@pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
+def test_allegro_exchanges_the_minimum_whatever_its_layers() -> None:
+    """Allegro (strictly local): positions forward and forces back, 2 per step as for a pair
+    potential, at 1 and 3 Allegro layers; 3-layer NequIP (message passing) needs 2 x (3 + 1)."""
+    from nvdd_plugins.models import AllegroWrapper, NequIPWrapper
+    from tests.helpers.mace_models import with_two_species
+    from tests.helpers.nequip_models import tiny_allegro, tiny_nequip
+
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    for n_layers in (1, 3):
+        for counts in _steady_counts(AllegroWrapper(tiny_allegro(num_layers=n_layers)), atoms, 2):
+            assert counts == [2] * 3
+    for counts in _steady_counts(NequIPWrapper(tiny_nequip(num_layers=3)), atoms, 2):
+        assert counts == [2 * (3 + 1)] * 3

@@ -81,6 +81,18 @@ class NaNBeyondWall(SimpleMPNN):
         return {"energies": energies, "energy": energy}
 
 
+class NaNSpreadingBeyondWall(NaNBeyondWall):
+    """NaN energies for atoms at x > `wall_x` Å that reach, through autograd, the forces of
+    every atom they interact with (on other ranks too, through the halo exchange)."""
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = SimpleMPNN.forward(self, batch)
+        beyond = batch.positions[:, 0].detach() > self.wall_x
+        energies = out["energies"] * torch.where(beyond, torch.nan, 1.0).to(out["energies"])
+        energy = energies.new_zeros(batch.num_graphs).index_add_(0, batch.batch_idx, energies)
+        return {"energies": energies, "energy": energy}
+
+
 class PreSlicedMPNN(SimpleMPNN):
     """The reference MPNN returning the per-atom energies of the first half of its atoms
     only (a rule break: energies must cover every local atom)."""

@@ -31,8 +31,14 @@ def lammps_frame(atoms: Atoms) -> Atoms:
     return atoms
 
 
-def write_data(path: Path, atoms: Atoms, elements: tuple[str, ...]) -> None:
-    """An `atom_style atomic` data file; atom k of `atoms` gets id k + 1."""
+def write_data(
+    path: Path,
+    atoms: Atoms,
+    elements: tuple[str, ...],
+    charges: dict[int, float] | None = None,
+) -> None:
+    """An `atom_style atomic` data file, or `atom_style charge` with `charges` (e, by atomic
+    number); atom k of `atoms` gets id k + 1."""
     cell = atoms.cell.array.tolist()
     if not np.allclose(cell, np.tril(cell)):
         raise ValueError("rotate the atoms with lammps_frame first")
@@ -53,9 +59,10 @@ def write_data(path: Path, atoms: Atoms, elements: tuple[str, ...]) -> None:
     lines += [
         f"{k + 1} {float(atomic_masses[atomic_numbers[e]])!r}" for k, e in enumerate(elements)
     ]
-    lines += ["", "Atoms # atomic", ""]
+    lines += ["", "Atoms # atomic" if charges is None else "Atoms # charge", ""]
     for k, (z, x) in enumerate(zip(atoms.numbers, atoms.positions.tolist(), strict=True)):
-        lines.append(f"{k + 1} {types[int(z)]} {x[0]!r} {x[1]!r} {x[2]!r}")
+        q = "" if charges is None else f" {charges[int(z)]!r}"
+        lines.append(f"{k + 1} {types[int(z)]}{q} {x[0]!r} {x[1]!r} {x[2]!r}")
     path.write_text("\n".join(lines) + "\n")
 
 

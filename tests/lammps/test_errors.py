@@ -73,3 +73,62 @@ def test_bad_model_file_or_element(workdir, systems, model_file, elements, expec
     code, output = run_lmp(2, workdir / "in.bad", workdir, timeout=120)
     assert code != 0, output
     assert expected in output
+
+
+def test_units_other_than_metal_are_refused(workdir, systems) -> None:
+    """`units real` would read the model's eV as kcal/mol (23x off): one clear line."""
+    case = model_case("real", "lj.pkl", systems["bulk_ar"], 1)
+    script = ATTACH_LINES + case.block().replace("units metal", "units real")
+    (workdir / "in.real").write_text(script)
+    code, output = run_lmp(1, workdir / "in.real", workdir, timeout=60)
+    assert code != 0, output
+    assert "LAMMPS runs with `units real`" in output and "use `units metal`" in output
+
+
+def test_atoms_without_ids_are_refused(workdir) -> None:
+    """`atom_modify id no` (a data file with every id 0, an orthogonal box: LAMMPS itself
+    needs ids for triclinic neighbour lists and sorted dumps): the halo exchange needs ids."""
+    from ase.build import bulk
+
+    from tests.lammps.lammps_io import write_data
+
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(3)
+    write_data(workdir / "cubic_ar.data", atoms, ("Ar",))
+    header, _, rows = (workdir / "cubic_ar.data").read_text().partition("Atoms # atomic\n")
+    rows = "\n".join("0" + row[row.index(" ") :] if row else row for row in rows.split("\n"))
+    (workdir / "no_ids.data").write_text(header + "Atoms # atomic\n" + rows)
+    script = ATTACH_LINES + "\n".join(
+        [
+            "units metal",
+            "atom_style atomic",
+            "atom_modify id no",
+            "read_data no_ids.data",
+            "pair_style mliap unified lj.pkl 0",
+            "pair_coeff * * Ar",
+            "run 0",
+        ]
+    )
+    (workdir / "in.no_ids").write_text(script)
+    code, output = run_lmp(2, workdir / "in.no_ids", workdir, timeout=60)
+    assert code != 0, output
+    assert "use `atom_modify id yes`" in output, output
+
+
+def test_nan_is_named_where_it_came_from(workdir, systems) -> None:
+    """NaN energies on rank 1's atoms spread to rank 0's forces through the halo exchange:
+    every rank's message names rank 1 as the origin (by atom id) and rank 0 as reached."""
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import NaNSpreadingBeyondWall
+
+    system = systems["bulk_ar"]
+    wall = 0.8 * float(system.atoms.cell[0, 0])  # inside rank 1's half of x
+    MLIAPModel(NaNSpreadingBeyondWall(wall_x=wall), ["Ar"]).pickle(workdir / "spread.pkl")
+    case = model_case("spread", "spread.pkl", system, 2)
+    script = ATTACH_LINES + case.block().replace("processors * * *", "processors 2 1 1")
+    (workdir / "in.spread").write_text(script)
+    code, output = run_lmp(2, workdir / "in.spread", workdir, timeout=120)
+    assert code != 0, output
+    assert "non-finite energies on rank 1:" in output, output
+    assert "non-finite energies on rank 0" not in output, output
+    assert "non-finite forces only on rank 0:" in output, output
+    assert "atom ids [" in output, output

@@ -48,3 +48,14 @@ def test_fault_ends_the_job(launcher: str, path: str, fault: str) -> None:
     failed = re.search(r"failing at ([0-9.]+)", output)
     since = ended - (float(failed.group(1)) if failed else start)
     assert since < 30, f"the job ended {since:.0f} s after the fault\n{output}"
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_a_caught_failure_ends_the_job_in_cleanup(launcher: str) -> None:
+    """Every rank catches what run() raised and calls DistributedManager.cleanup(): the rank
+    that failed must end the job there, not wait in cleanup's barrier while its peer waits
+    in a halo exchange."""
+    code, output = run_command([*LAUNCHERS[launcher], str(SCRIPT), "caught", "parallel"], None, 60)
+    assert code != 0, output
+    assert "rank 1 caught RuntimeError" in output, output
+    assert "cleanup(): RuntimeError: rank 1 failed on purpose left DomainParallel" in output

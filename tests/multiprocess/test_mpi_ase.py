@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -23,13 +24,13 @@ def test_ase_calculator_under_mpirun(n_ranks: int) -> None:
 FAILURES = Path(__file__).parent / "mpi_scripts" / "ase_failures.py"
 
 
-def _plain_mpirun(mode: str) -> tuple[int, str]:
+def _plain_mpirun(mode: str, timeout: float = 60) -> tuple[int, str]:
     command = ["mpirun", "-n", "2", sys.executable, str(FAILURES), mode]
-    return run_command(command, None, timeout=120)
+    return run_command(command, None, timeout)
 
 
 def test_stress_asked_on_one_rank_is_served_from_the_cache() -> None:
-    code, output = _plain_mpirun("stress")
+    code, output = _plain_mpirun("stress", timeout=120)
     assert code == 0, output
     assert "stress on rank 0 alone" in output and output.count("DONE") == 2
 
@@ -41,6 +42,14 @@ def test_one_rank_raising_aborts_all_without_m_mpi4py() -> None:
     assert "rank 0 was not stopped" not in output
 
 
+def test_a_rank_raising_before_its_calculator_exists_aborts_all() -> None:
+    """Importing the calculator module installs the abort hook under a multi-rank mpirun."""
+    code, output = _plain_mpirun("early")
+    assert code != 0, output
+    assert "rank 1 failed before building a calculator" in output
+    assert "rank 0 was not stopped" not in output
+
+
 STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
 
 
@@ -48,3 +57,22 @@ STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
 def test_per_atom_stresses_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, STRESSES, timeout=300)
     assert output.count("STRESSES OK") == n_ranks, output
+
+
+RIGID_ION = Path(__file__).parent / "mpi_scripts" / "ase_rigid_ion.py"
+
+
+def test_ewald_and_pme_under_mpirun() -> None:
+    output = run_mpi(2, RIGID_ION, timeout=300)  # 4 ranks: test_gloo_rigid_ion.py
+    assert output.count("RIGID ION OK") == 2, output
+
+
+NEQUIP = Path(__file__).parent / "mpi_scripts" / "ase_nequip.py"
+
+
+@pytest.mark.nequip
+@pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
+def test_nequip_and_allegro_under_mpirun() -> None:
+    """2 ranks (1, 2 and 4 real ranks: tests/multiprocess/test_gloo_nequip.py)."""
+    output = run_mpi(2, NEQUIP, timeout=300)
+    assert output.count("NEQUIP ASE OK") == 2, output

@@ -3,6 +3,7 @@ bit-identically at the same rank count, and to rounding at another."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from nvdd_plugins import DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.dynamics import DynamicsStage
 from nvdd_plugins.parallel.checkpoint import CHECKPOINT_FORMAT, CheckpointFormatError
+from nvdd_plugins.parallel.checkpoint_file import read_checkpoint_file, write_checkpoint_file
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model, md_integrator
 
@@ -93,8 +95,7 @@ def test_restart_on_the_simulated_mesh(name: str, tmp_path: Path) -> None:
     reference = run_simulated(2, lambda comm: _uninterrupted(comm, name))[0]
     run_simulated(2, lambda comm: _first_half(comm, name, path))
 
-    saved = torch.load(path, weights_only=True)
-    assert saved["format"] == CHECKPOINT_FORMAT
+    saved = read_checkpoint_file(path)
     assert saved["dynamics"]["state"] == {"step_count": HALF}
     rebuild_positions = saved["neighbor_list"]["reference_positions"]
     assert not torch.equal(rebuild_positions, saved["atoms"]["positions"]), (
@@ -125,7 +126,7 @@ def test_checkpoint_before_the_first_step(tmp_path: Path) -> None:
         dd.save_checkpoint(path)
 
     run_simulated(2, save)
-    assert torch.load(path, weights_only=True)["neighbor_list"]["reference_positions"] is None
+    assert read_checkpoint_file(path)["neighbor_list"]["reference_positions"] is None
     reference = run_simulated(2, lambda comm: _uninterrupted(comm, "langevin"))[0]
     restarted = run_simulated(2, lambda comm: _second_half(comm, "langevin", path))[0]
     assert sorted(restarted["frames"]) == list(range(1, HALF + 1))
@@ -190,3 +191,102 @@ def test_foreign_files_are_refused(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match=message) as failure:
             _restore(path)
         assert isinstance(failure.value.__cause__, CheckpointFormatError), path
+        assert "weights_only" not in str(failure.value), "never advise loading an untrusted file"
+
+
+def _errors_on_every_rank(action) -> list[str]:
+    """What each of two simulated ranks raised running `action(comm)` (a rank that raises
+    something else, or waits for a peer that left, fails the test)."""
+
+    def fn(comm: Communicator) -> str:
+        try:
+            action(comm)
+        except (OSError, CheckpointFormatError) as err:
+            return f"{type(err).__name__}: {err}"
+        return "no error"
+
+    return run_simulated(2, fn, timeout=30)
+
+
+def _saved_at_start(path: Path) -> dict:
+    """Save right after partition; return the file's content."""
+
+    def save(comm: Communicator) -> None:
+        dd = _parallel(comm, "nve", _Frames())
+        dd.partition(hot_bulk() if comm.rank == 0 else None)
+        dd.save_checkpoint(path)
+
+    run_simulated(2, save)
+    return read_checkpoint_file(path)
+
+
+def _damaged(content: dict, change) -> dict:
+    content = {
+        key: dict(value) if isinstance(value, dict) else value for key, value in content.items()
+    }
+    change(content)
+    return content
+
+
+def test_damaged_checkpoints_are_refused_on_every_rank(tmp_path: Path) -> None:
+    """Changed bytes, a duplicated id, a missing entry or a short per-atom tensor: every rank
+    raises CheckpointFormatError naming the damage, none restores a broken system."""
+    good = tmp_path / "good.pt"
+    content = _saved_at_start(good)
+    n_atoms = content["atoms"]["global_ids"].shape[0]
+    flipped = bytearray(good.read_bytes())
+    middle = len(flipped) // 2
+    flipped[middle : middle + 64] = bytes(255 - b for b in flipped[middle : middle + 64])
+    (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
+
+    def duplicate_id(c: dict) -> None:
+        ids = c["atoms"]["global_ids"].clone()
+        ids[3] = ids[4]
+        c["atoms"]["global_ids"] = ids
+
+    def drop_atoms(c: dict) -> None:
+        del c["atoms"]
+
+    def short_positions(c: dict) -> None:
+        c["atoms"]["positions"] = c["atoms"]["positions"][:100]
+
+    for name, change in (
+        ("duplicate", duplicate_id),
+        ("no_atoms", drop_atoms),
+        ("short", short_positions),
+    ):
+        write_checkpoint_file(tmp_path / f"{name}.pt", _damaged(content, change))
+    expected = {
+        "flipped": "damaged|is not a",
+        "duplicate": "global ids are not distinct",
+        "no_atoms": "no 'atoms' entry",
+        "short": rf"atoms/positions has shape \(100, 3\) for {n_atoms} atoms",
+    }
+    for name, message in expected.items():
+        path = tmp_path / f"{name}.pt"
+        errors = _errors_on_every_rank(
+            lambda comm, path=path: _parallel(comm, "nve", _Frames()).restore_checkpoint(path)
+        )
+        for error in errors:
+            assert error.startswith("CheckpointFormatError") and re.search(message, error), (
+                name,
+                error,
+            )
+
+
+def test_a_failed_write_raises_on_every_rank_and_leaves_no_partial_file(tmp_path: Path) -> None:
+    """A missing directory (torch.save raises RuntimeError there) or a rename onto a
+    directory: OSError on every rank, no `.partial` file left behind."""
+    taken = tmp_path / "taken.pt"
+    taken.mkdir()
+    (taken / "keep").write_text("a directory in the checkpoint's place\n")
+    for path in (tmp_path / "missing" / "run.pt", taken):
+
+        def save(comm: Communicator, path: Path = path) -> None:
+            dd = _parallel(comm, "nve", _Frames())
+            dd.partition(hot_bulk() if comm.rank == 0 else None)
+            dd.save_checkpoint(path)
+
+        for error in _errors_on_every_rank(save):
+            assert error.startswith("OSError: cannot write the checkpoint"), error
+        assert not path.with_name(path.name + ".partial").exists(), path

@@ -142,6 +142,73 @@ def test_neighbor_list_hook_leaves_the_compute_view_list_alone() -> None:
         assert all(torch.equal(a, b) for a, b in zip(without, with_, strict=True))
 
 
+def test_a_collective_hook_on_one_rank_only_is_named_on_every_rank() -> None:
+    """A gathering hook, or a compute-stage hook of the inner integrator, attached on rank 0
+    only would leave rank 1 waiting in a collective: run() refuses it on every rank, naming
+    the hook. A LOCAL hook on one rank is fine."""
+    atoms = _hot_atoms()
+
+    def run(comm, where: str) -> str:
+        model = lj_model()
+        inner = NVE(model, 2.0)
+        config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=comm)
+        with DomainParallel(inner, config, 2) as dd:
+            if comm.rank == 0:
+                if where == "outer":
+                    dd.attach(ThermoLogger(frequency=1, stream=io.StringIO()))
+                elif where == "inner":
+                    inner.attach(lambda ctx, stage: None, stage=DynamicsStage.AFTER_COMPUTE)
+                else:
+                    dd.attach(lambda ctx, stage: None, stage=DynamicsStage.AFTER_STEP)
+            dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
+            try:
+                dd.run()
+            except ValueError as err:
+                return str(err)
+        return "ran"
+
+    for where, hook in (("outer", "ThermoLogger at AFTER_STEP"), ("inner", "function on the")):
+        for message in run_simulated(2, lambda comm, w=where: run(comm, w), timeout=30):
+            assert "hooks differ between ranks: rank 0 has" in message, message
+            assert hook in message and "rank 1 does not" in message, message
+    assert run_simulated(2, lambda comm: run(comm, "local"), timeout=30) == ["ran", "ran"]
+
+
+def test_only_failures_of_some_ranks_are_noted_for_cleanup(tmp_path) -> None:
+    """An error every rank raises alike (a missing checkpoint) leaves the ranks in step, so
+    cleanup() may meet them at its barrier; an exception of one rank is noted, and cleanup()
+    then ends the job instead."""
+    from nvdd_plugins.parallel.failures import forget_failures, noted_failure
+
+    def dd_of(comm) -> DomainParallel:
+        model = lj_model()
+        return DomainParallel(NVE(model, 2.0), DomainConfig(cutoff=model.cutoff, mesh=comm), 2)
+
+    def restore(comm) -> None:
+        with pytest.raises(FileNotFoundError):
+            dd_of(comm).restore_checkpoint(tmp_path / "absent.pt")
+
+    def fail_on_rank_1(ctx, stage) -> None:
+        if ctx.dynamics.evaluator.comm.rank == 1:
+            raise RuntimeError("rank 1 failed on purpose")
+
+    def run(comm) -> None:
+        dd = dd_of(comm)
+        dd.attach(fail_on_rank_1, stage=DynamicsStage.AFTER_STEP)
+        dd.partition(Batch.from_atoms(_hot_atoms()) if comm.rank == 0 else None)
+        dd.run()
+
+    forget_failures()
+    try:
+        run_simulated(2, restore, timeout=30)
+        assert noted_failure() is None
+        with pytest.raises(RuntimeError, match="rank 1 failed on purpose"):
+            run_simulated(2, run, timeout=30)
+        assert noted_failure() == "RuntimeError: rank 1 failed on purpose"
+    finally:
+        forget_failures()
+
+
 class _CountingCommunicator(Communicator):
     """A rank's communicator that counts the rows it receives from other ranks."""
 

@@ -35,6 +35,7 @@ from tests.torture.zoo import (
     SPECIES,
     aimnet_available,
     mace_available,
+    nequip_available,
     sevenn_available,
 )
 
@@ -388,6 +389,8 @@ def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:
         outcome = Outcome(case, "skip", detail="mace-torch is not importable")
     elif case.model.kind == "sevennet" and not sevenn_available():
         outcome = Outcome(case, "skip", detail="sevenn is not importable")
+    elif case.model.kind in ("nequip", "allegro") and not nequip_available():
+        outcome = Outcome(case, "skip", detail="nequip or nequip-allegro is not installed")
     elif case.model.kind == "aimnet2" and not aimnet_available():
         outcome = Outcome(case, "skip", detail="aimnet is not installed")
     else:

@@ -121,7 +121,7 @@ def test_cases_are_determined_by_their_seed() -> None:
 SEVENNET_PATHS = ("replicated", "ase", "graph")
 SEVENNET_SEEDS = (6000, 6001, 6002, 6003, 6005, 6007, 6010, 6012, 6013, 6014, 6015, 6016)
 """Drawn cases with the zoo's SevenNet in place of the drawn model (sevenn runs in its own
-environment: make install-sevenn): replicated and ASE at 2 to 8 ranks (tiny cells, one atom,
+environment: make install-e3nn): replicated and ASE at 2 to 8 ranks (tiny cells, one atom,
 every pbc), graph partition with 30-step trajectories."""
 
 
@@ -142,6 +142,21 @@ SevenNet cases' seeds and paths."""
 @pytest.mark.parametrize("seed", SEVENNET_SEEDS)
 def test_aimnet2_case(seed: int) -> None:
     case = replace(_case(seed, AIMNET2_PATHS), model=ModelSpec("aimnet2", 4.5, seed=seed))
+    _check(replace(case, n_atoms=len(case.atoms())))
+
+
+NEQUIP_PATHS = (*SEVENNET_PATHS, "chunked")
+NEQUIP_SEEDS = (7000, 7001, 7009, 7011, 7015, 7037, 7050)
+"""Drawn cases with the zoo's NequIP or Allegro in place of the drawn model (make
+install-e3nn): replicated, ASE and graph partition as for SevenNet, and chunks whose ghost
+shells are the spec's layers x cutoff (one cutoff for Allegro, whatever its layers)."""
+
+
+@pytest.mark.nequip
+@pytest.mark.parametrize("kind", ["nequip", "allegro"])
+@pytest.mark.parametrize("seed", NEQUIP_SEEDS)
+def test_nequip_case(seed: int, kind: str) -> None:
+    case = replace(_case(seed, NEQUIP_PATHS), model=ModelSpec(kind, 4.5, seed=seed))
     _check(replace(case, n_atoms=len(case.atoms())))
 
 

@@ -7,8 +7,8 @@ exactly zero at and beyond the cutoff. Ops that are non-deterministic with dupli
 (copy, put without accumulate, scatter) get a unique index set: per target node the edge of
 minimum length (near ties broken by a fixed direction). The zoo also holds `SimpleMPNN`
 (minimum image), the Morse-like `ShiftPairModel`, the shipped Lennard-Jones kernel model,
-a tiny MACE, a tiny SevenNet and a tiny AIMNet2 (the last two not drawn at random: they
-run on chosen cases).
+a tiny MACE, a tiny SevenNet, a tiny AIMNet2 and tiny NequIP and Allegro models (the last
+four not drawn at random: they run on chosen cases).
 """
 
 from __future__ import annotations
@@ -247,7 +247,8 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A zoo model: `kind` in MODEL_KINDS, "sevennet" or "aimnet2", its cutoff (Å), and for
+    """A zoo model: `kind` in MODEL_KINDS, "sevennet", "aimnet2", "nequip" (2 convolutions)
+    or "allegro" (2 layers, strictly local: one cutoff of ghosts), its cutoff (Å), and for
     "mpnn" one op and one target ("receivers"/"senders") per layer; `minimum_image` picks
     minimum-image pair vectors instead of the neighbour list's shifts. Weights are drawn
     from `seed`."""
@@ -271,7 +272,7 @@ class ModelSpec:
             return max(1, len(self.ops))
         if self.kind == "aimnet2":
             return 3
-        return 2 if self.kind in ("mace", "sevennet") else 1
+        return 2 if self.kind in ("mace", "sevennet", "nequip") else 1
 
     @property
     def cuequivariance(self) -> bool:
@@ -321,6 +322,12 @@ class ModelSpec:
 
             model = random_sevennet(SPECIES, cutoff=self.cutoff, seed=self.seed)
             return SevenNetWrapper(model)
+        if self.kind in ("nequip", "allegro"):
+            from nvdd_plugins import models
+
+            wrapper = models.NequIPWrapper if self.kind == "nequip" else models.AllegroWrapper
+            build = models.random_nequip if self.kind == "nequip" else models.random_allegro
+            return wrapper(build(SPECIES, cutoff=self.cutoff, seed=self.seed))
         if self.kind == "aimnet2":
             from tests.helpers.aimnet_models import torture_aimnet2
 
@@ -340,6 +347,11 @@ def sevenn_available() -> bool:
     except (ImportError, ValueError):
         return False
     return True
+
+
+def nequip_available() -> bool:
+    """Whether nequip and nequip-allegro are installed (make install-e3nn)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("nequip", "allegro"))
 
 
 def aimnet_available() -> bool:

@@ -7,11 +7,13 @@ import dataclasses
 import inspect
 import threading
 
+import pytest
 import torch
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.spec import (
+    GLOBAL_SUM_ADAPTERS,
     SPEC_MPNN_HALO,
     AllReduceSum,
     DistributionSpec,
@@ -21,6 +23,7 @@ from nvdd_plugins.spec import (
 )
 from nvdd_plugins.validate import Handling, trace_and_validate
 from nvdd_plugins.validate.diagnose import GLOBAL_SUM, MINIMUM_IMAGE, PRE_SLICED, SENTINELS
+from tests.helpers.ionic import PartialSumsOnly, nacl_model, triclinic_nacl
 from tests.helpers.systems import NotReboundInteraction, PreSlicedMPNN
 from tests.validate import defects
 
@@ -175,3 +178,14 @@ def test_marked_aggregations_and_adapters_are_recorded_as_handled() -> None:
     adapted = f"tests/validate/defects.py:{_line_of(aggregate, 'edge_scatter')}"
     handled = {(r.handling, r.site) for r in report.ops}
     assert {(Handling.MARKED, marked), (Handling.ADAPTER, adapted)} <= handled
+
+
+@pytest.mark.parametrize("method", ["ewald", "pme"])
+def test_global_sums_without_their_adapters_get_global_sum_adapters(method: str) -> None:
+    atoms = triclinic_nacl()
+    report = trace_and_validate(nacl_model(method, atoms, PartialSumsOnly), atoms)
+    assert not report.ok
+    assert "summed_over_ranks" in report.problem, report.problem
+    assert "add GLOBAL_SUM_ADAPTERS" in report.next_action, report.next_action
+    assert all(a in report.spec.distribution.custom_ops for a in GLOBAL_SUM_ADAPTERS)
+    assert trace_and_validate(nacl_model(method, atoms), atoms).ok

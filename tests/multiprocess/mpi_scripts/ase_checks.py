@@ -146,4 +146,5 @@ def main() -> None:
     print(f"rank {world.rank}: ALL OK", flush=True)
 
 
-main()
+if __name__ == "__main__":
+    main()

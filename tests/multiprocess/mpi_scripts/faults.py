@@ -1,10 +1,11 @@
 """Fault injection: run under `torchrun --nproc_per_node=2` or `mpirun -n 2 python`.
 
-    python faults.py {raise,nan,kill} {parallel,ase}
+    python faults.py {raise,nan,kill,caught} {parallel,ase}
 
 `parallel`: a DomainParallel NVE run where, at step 3, rank 1 raises, or the model returns
 NaN (from the first evaluation on, for every atom past a wall), or rank 1 is killed with
-SIGKILL.
+SIGKILL; `caught`: rank 1 raises and every rank catches what `run()` raised, then calls
+`DistributedManager.cleanup()`.
 `ase` (mpirun only): the same through the ASE calculator and ASE's VelocityVerlet.
 Prints "failing at <time>" just before the fault; a job that survives prints "SURVIVED".
 """
@@ -76,8 +77,14 @@ def run_parallel() -> None:
     with DomainParallel(NVE(model, 2.0), config, 20, hooks=hooks) as dynamics:
         full = Batch.from_atoms(atoms, device=manager.device) if manager.rank == 0 else None
         dynamics.partition(full)
-        dynamics.run()
-    print("SURVIVED", flush=True)
+        try:
+            dynamics.run()
+        except RuntimeError as err:
+            if FAULT != "caught":
+                raise
+            print(f"rank {manager.rank} caught {type(err).__name__}", flush=True)
+        else:
+            print("SURVIVED", flush=True)
     DistributedManager.cleanup()
 
 

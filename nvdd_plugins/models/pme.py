@@ -1,0 +1,133 @@
+"""Smooth particle-mesh Ewald (Essmann et al. 1995) of point charges: the reciprocal part of
+the Ewald sum on a charge mesh, as per-atom energies (e²/Å), distributable unchanged.
+
+Each atom's charge is spread onto the mesh with cardinal B-splines of even `order`; the
+mesh is convolved with the Ewald kernel by FFT, and the potential is interpolated back
+with the same splines. Each rank spreads the charges of the atoms it owns (`owned_part`),
+one all-reduce of the mesh (`summed_over_ranks`) completes it, and every rank then has the
+potential at its own rows. docs/long_range.md gives the formulas and the costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from nvdd_plugins.models.ewald import background_energies, summed_with_total_charge
+from nvdd_plugins.spec import owned_part
+
+__all__ = ["PME", "bspline_weights"]
+
+
+def bspline_weights(t: torch.Tensor, order: int) -> torch.Tensor:
+    """(..., order) cardinal B-spline values M_order(t + j), j = 0 .. order-1, for fractional
+    offsets `t` in [0, 1) (differentiable in `t`)."""
+    weights = torch.stack([t, 1.0 - t], dim=-1)  # M_2(t), M_2(t + 1)
+    for n in range(3, order + 1):
+        j = torch.arange(n, dtype=t.dtype, device=t.device)
+        x = t.unsqueeze(-1) + j  # M_n(x) = x M_{n-1}(x) + (n - x) M_{n-1}(x - 1), / (n - 1)
+        pad = weights.new_zeros(*weights.shape[:-1], 1)
+        at_x, at_x_minus_1 = torch.cat([weights, pad], -1), torch.cat([pad, weights], -1)
+        weights = (x * at_x + (n - x) * at_x_minus_1) / (n - 1)
+    return weights
+
+
+def _spline_moduli(size: int, order: int, like: torch.Tensor) -> torch.Tensor:
+    """(size,) |b(m)|² of SPME along one mesh axis, for m in FFT order."""
+    values = bspline_weights(like.new_zeros(()), order)[1:]  # M(1) .. M(order - 1)
+    m = torch.fft.fftfreq(size, 1.0 / size, dtype=like.dtype, device=like.device)
+    j = torch.arange(order - 1, dtype=like.dtype, device=like.device)
+    angle = 2.0 * math.pi * m[:, None] * j / size
+    denominator = (values * angle.cos()).sum(-1).square() + (values * angle.sin()).sum(-1).square()
+    return 1.0 / denominator
+
+
+@dataclass(frozen=True)
+class PME:
+    """Smooth particle-mesh Ewald: splitting parameter `alpha` (1/Å), `mesh` points along
+    the three cell vectors, B-spline `order` (even, >= 4); the real-space cutoff is the
+    model's. `for_cell` sizes the mesh by a spacing."""
+
+    alpha: float
+    mesh: tuple[int, int, int]
+    order: int = 6
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mesh", tuple(int(n) for n in self.mesh))
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be > 0 (1/Å), got {self.alpha!r}")
+        if self.order < 4 or self.order % 2:
+            raise ValueError(f"the B-spline order must be even and >= 4, got {self.order!r}")
+        if len(self.mesh) != 3 or min(self.mesh) < self.order:
+            raise ValueError(f"mesh needs 3 sizes of at least order={self.order}, got {self.mesh}")
+
+    @classmethod
+    def for_cell(cls, alpha: float, cell: torch.Tensor, spacing: float, order: int = 6) -> PME:
+        """A mesh of even sizes whose points are at most `spacing` (Å) apart along each
+        vector of the (3, 3) `cell` (Å). docs/long_range.md lists the accuracy of some
+        spacings and orders against Ewald."""
+        lengths = torch.linalg.vector_norm(torch.as_tensor(cell, dtype=torch.float64), dim=-1)
+        sizes = [2 * math.ceil(float(a) / (2.0 * spacing)) for a in lengths]
+        return cls(alpha=alpha, mesh=tuple(max(n, order) for n in sizes), order=order)
+
+    def reciprocal_energies(
+        self, positions: torch.Tensor, charges: torch.Tensor, cell: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-atom reciprocal-space energies plus the background term (e²/Å) of every row
+        of `positions` (n, 3) with `charges` (n,) in the periodic `cell` (3, 3)."""
+        inverse = torch.linalg.inv(cell)
+        volume = torch.linalg.det(cell).abs()
+        owned_charges = owned_part(charges)
+        indices, weights = self._stencils(owned_part(positions), inverse)
+        n_points = math.prod(self.mesh)
+        # leading size 1: a mesh is never taken for a per-atom tensor by the interception
+        partial = charges.new_zeros(1, n_points).index_add_(
+            1, indices.reshape(-1), (owned_charges[:, None] * weights).reshape(1, -1)
+        )
+        mesh, total = summed_with_total_charge(partial, owned_charges)
+        spectrum = torch.fft.rfftn(mesh.reshape(self.mesh))
+        potential = torch.fft.irfftn(
+            self._kernel(inverse, volume) * spectrum, s=self.mesh, norm="forward"
+        )
+        indices, weights = self._stencils(positions, inverse)
+        at_atoms = (potential.reshape(-1)[indices] * weights).sum(dim=-1)
+        return 0.5 * charges * at_atoms + background_energies(charges, total, self.alpha, volume)
+
+    def _stencils(
+        self, positions: torch.Tensor, inverse: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat mesh indices (n, order³) each atom touches, and its spline weights there."""
+        p = self.order
+        scaled = positions @ inverse * positions.new_tensor(self.mesh)
+        base = scaled.detach().floor()
+        weights = bspline_weights(scaled - base, p)  # (n, 3, p): point base - j gets M(t + j)
+        steps = torch.arange(p, device=positions.device)
+        sizes = torch.tensor(self.mesh, device=positions.device)
+        points = (base.long()[:, :, None] - steps) % sizes[:, None]  # (n, 3, p)
+        flat = (points[:, 0, :, None] * sizes[1] + points[:, 1, None, :]) * sizes[2]
+        flat = flat[:, :, :, None] + points[:, 2, None, None, :]
+        product = weights[:, 0, :, None, None] * weights[:, 1, None, :, None]
+        product = product * weights[:, 2, None, None, :]
+        return flat.reshape(-1, p**3), product.reshape(-1, p**3)
+
+    def _kernel(self, inverse: torch.Tensor, volume: torch.Tensor) -> torch.Tensor:
+        """The Ewald kernel 4 pi exp(-k² / 4 alpha²) / (V k²) times the spline moduli on the
+        half spectrum of `torch.fft.rfftn` (zero at k = 0)."""
+        n1, n2, n3 = self.mesh
+        like = volume
+        axes = [
+            torch.fft.fftfreq(n1, 1.0 / n1, dtype=like.dtype, device=like.device),
+            torch.fft.fftfreq(n2, 1.0 / n2, dtype=like.dtype, device=like.device),
+            torch.fft.rfftfreq(n3, 1.0 / n3, dtype=like.dtype, device=like.device),
+        ]
+        m = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+        k2 = (2.0 * math.pi * m @ inverse.T).square().sum(dim=-1)
+        origin = (m == 0).all(dim=-1)
+        k2 = torch.where(origin, 1.0, k2)
+        kernel = 4.0 * math.pi / volume * torch.exp(-k2 / (4.0 * self.alpha**2)) / k2
+        moduli = [_spline_moduli(n, self.order, like) for n in self.mesh]
+        kernel = kernel * moduli[0][:, None, None] * moduli[1][None, :, None]
+        kernel = kernel * moduli[2][: n3 // 2 + 1][None, None, :]
+        return torch.where(origin, 0.0, kernel)
