@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from nvdd_plugins.decomposition import StaggeredCuts
+
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
@@ -156,10 +158,29 @@ def _check_content(content: Any) -> None:
         raise _Damaged(f"decomposition/capacities has {tuple(capacities.shape)} rows")
     for key in ("origin", "box", "pbc"):
         _entry(content, "decomposition", key, kind=torch.Tensor)
-    _entry(content, "decomposition", "grid", kind=list)
+    grid = _entry(content, "decomposition", "grid", kind=list)
+    cuts = content["decomposition"].get("cuts")
+    if cuts is not None:
+        _check_cuts(cuts, grid)
     _entry(content, "decomposition", "padding_species", kind=int)
     _entry(content, "system", "cell", kind=torch.Tensor)
     _entry(content, "system", "pbc", kind=torch.Tensor)
     _entry(content, "device", kind=str)
     _entry(content, "dynamics", "class", kind=str)
     _entry(content, "dynamics", "state", kind=dict)
+
+
+def _check_cuts(cuts: Any, grid: list) -> None:
+    """Raise `_Damaged` unless `cuts` are staggered cuts of `grid` (a checkpoint without
+    cuts restores with regular ones)."""
+    if not isinstance(cuts, Mapping) or not all(
+        isinstance(cuts.get(axis), torch.Tensor) for axis in "xyz"
+    ):
+        raise _Damaged("decomposition/cuts is not three tensors x, y, z")
+    staggered = StaggeredCuts(cuts["x"], cuts["y"], cuts["z"])
+    try:
+        staggered.check()
+    except ValueError as err:
+        raise _Damaged(f"decomposition/cuts: {err}") from None
+    if list(staggered.grid) != list(grid):
+        raise _Damaged(f"decomposition/cuts are of grid {staggered.grid}, not {tuple(grid)}")

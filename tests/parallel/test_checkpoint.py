@@ -229,8 +229,9 @@ def _damaged(content: dict, change) -> dict:
 
 
 def test_damaged_checkpoints_are_refused_on_every_rank(tmp_path: Path) -> None:
-    """Changed bytes, a duplicated id, a missing entry or a short per-atom tensor: every rank
-    raises CheckpointFormatError naming the damage, none restores a broken system."""
+    """Changed bytes, a duplicated id, a missing entry, a short per-atom tensor or cuts that
+    fall: every rank raises CheckpointFormatError naming the damage, none restores a broken
+    system."""
     good = tmp_path / "good.pt"
     content = _saved_at_start(good)
     n_atoms = content["atoms"]["global_ids"].shape[0]
@@ -250,10 +251,16 @@ def test_damaged_checkpoints_are_refused_on_every_rank(tmp_path: Path) -> None:
     def short_positions(c: dict) -> None:
         c["atoms"]["positions"] = c["atoms"]["positions"][:100]
 
+    def falling_cuts(c: dict) -> None:
+        cuts = dict(c["decomposition"]["cuts"])
+        cuts["x"] = cuts["x"].flip(0)
+        c["decomposition"]["cuts"] = cuts
+
     for name, change in (
         ("duplicate", duplicate_id),
         ("no_atoms", drop_atoms),
         ("short", short_positions),
+        ("cuts", falling_cuts),
     ):
         write_checkpoint_file(tmp_path / f"{name}.pt", _damaged(content, change))
     expected = {
@@ -261,6 +268,7 @@ def test_damaged_checkpoints_are_refused_on_every_rank(tmp_path: Path) -> None:
         "duplicate": "global ids are not distinct",
         "no_atoms": "no 'atoms' entry",
         "short": rf"atoms/positions has shape \(100, 3\) for {n_atoms} atoms",
+        "cuts": "decomposition/cuts: x cuts must rise",
     }
     for name, message in expected.items():
         path = tmp_path / f"{name}.pt"
