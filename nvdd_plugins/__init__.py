@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
-from nvdd_plugins.distributed_model import DistributedModel, ReplicatedModel
+from nvdd_plugins.distributed_model import ChunkedEvaluator, DistributedModel, ReplicatedModel
 from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
 
 __all__ = [
     "AtomicData",
     "Batch",
+    "ChunkedEvaluator",
     "DistributedManager",
     "DistributedModel",
     "DomainConfig",

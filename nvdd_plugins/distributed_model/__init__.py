@@ -1,9 +1,12 @@
 """`DistributedModel` (owned atoms that migrate) and `ReplicatedModel` (a system every rank
 holds) over `HaloEngine`, which applies a model's spec on one rank's view, whatever its
-layout."""
+layout; `ChunkedEvaluator`, one system evaluated in spatial chunks one after another."""
 
 from __future__ import annotations
 
+from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
+from nvdd_plugins.distributed_model.chunked import ChunkedEvaluator
+from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
@@ -17,21 +20,29 @@ from nvdd_plugins.distributed_model.interception import (
 )
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
+from nvdd_plugins.distributed_model.shells import PerLayerRefresh, Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_view
 
 __all__ = [
     "REBIND_RULE",
     "SENTINEL_RULE",
+    "ChunkPlan",
+    "ChunkedEvaluator",
     "DistributedModel",
     "GivenRowsModel",
     "GraphDomain",
     "HaloDomain",
     "HaloEngine",
     "HaloView",
+    "Leaves",
     "NonFiniteError",
+    "PerLayerRefresh",
     "ReplicatedModel",
+    "Shell",
     "SubdomainModel",
+    "ThickShell",
+    "Wanted",
     "assemble_view",
     "build_graph_view",
     "build_halo_view",

@@ -12,8 +12,10 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.distributed_model.derivatives import Wanted
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import assemble_view
 from nvdd_plugins.geometry import VerletState
@@ -30,11 +32,20 @@ class GivenRowsModel:
         model: a `BaseModelMixin` wrapper with per-atom "energies" and autograd forces.
         comm: this rank's communicator (the front end's).
         padding_species: atomic number of padding rows (one the model knows).
+        shell: `PerLayerRefresh()` (default: ghost rows refreshed from their owners per layer), or
+            `ThickShell(n_layers)` when the rows hold every owned atom's receptive field
+            and the pairs among ghosts (no exchange; ghost forces still owed).
     """
 
-    def __init__(self, model: BaseModelMixin, comm: Communicator, padding_species: int) -> None:
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        comm: Communicator,
+        padding_species: int,
+        shell: Shell | None = None,
+    ) -> None:
         self.comm = comm
-        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm)
+        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm, shell)
         self.padding_species = int(padding_species)
         # the front end lists the pairs; the halo plan follows its row layout (owned count
         # and ids), and capacities stay exact
@@ -69,6 +80,9 @@ class GivenRowsModel:
         )
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:
+        if isinstance(self.engine.shell, ThickShell):  # rows only: nothing is exchanged
+            nothing = torch.empty(0, dtype=torch.long, device=ids.device)
+            return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
         layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
         changed = self.verlet.needs_rebuild(None, ids=layout)
         if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
@@ -101,9 +115,8 @@ class GivenRowsModel:
         with torch.enable_grad():
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = _NO_PBC.to(positions.device).unsqueeze(0)
-        results = self.engine.evaluate(
-            view, leaf, rows, cell, pbc, want_stress=False, want_stresses=pair_gradients
-        )
+        wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
+        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted)
         out = results.for_local_rows(view)
         if results.pair_gradients is not None:
             out["pair_gradients"] = results.pair_gradients
