@@ -27,7 +27,7 @@ from nvdd_plugins.spec import ENERGY_KINDS, MLIPSpec
 __all__ = ["ChunkedEvaluator"]
 
 
-class ChunkedEvaluator:
+class ChunkedEvaluator(ChunkedRows):
     """Evaluate a model on one system chunk by chunk (an `Evaluator` for the dynamics).
 
     Args:
@@ -63,23 +63,11 @@ class ChunkedEvaluator:
                 "(MLIPSpec.n_layers): pass ChunkedEvaluator(model, n_layers=...), the number "
                 "of cutoffs an atom's energy can see"
             )
-        self.model = model
-        self.n_layers = int(n_layers)
         spec = spec if spec is not None else MLIPSpec(output_kinds=ENERGY_KINDS)
         runner = SpecRunner(model, spec, DomainConfig(cutoff=model.cutoff), LocalCommunicator())
         runner.checking = False  # no view is rebuilt: nothing to check
-        shell = ThickShell(self.n_layers, "auto" if max_atoms is None else max_atoms)
-        self._rows = ChunkedRows(runner, shell, None if grid is None else tuple(grid))
-
-    @property
-    def last_plan(self) -> ChunkPlan | None:
-        """The chunks of the last evaluation."""
-        return self._rows.last_plan
-
-    @property
-    def max_atoms(self) -> int | None:
-        """Most rows per chunk: as given, or once measured (None before)."""
-        return self._rows.max_rows
+        shell = ThickShell(int(n_layers), "auto" if max_atoms is None else max_atoms)
+        super().__init__(runner, shell, None if grid is None else tuple(grid))
 
     # -- Evaluator protocol -------------------------------------------------------------------
     def __call__(
@@ -94,7 +82,7 @@ class ChunkedEvaluator:
         wanted = Wanted.of(self.model, properties)
         positions = batch.positions.detach().requires_grad_(wanted.forces)
         system = (positions, batch.atomic_numbers, batch.cell[0], batch.pbc[0])
-        found, derived = self._rows.evaluate(*system, batch.num_nodes, wanted)
+        found, derived = self.evaluate(*system, batch.num_nodes, wanted)
         energies = found.get("energies", batch.positions.new_zeros(batch.num_nodes))
         out = {**found, **derived, "energies": energies, "energy": energies.sum().reshape(1)}
         if "stress" not in properties:
@@ -107,5 +95,5 @@ class ChunkedEvaluator:
 
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
-        system = (batch.positions, batch.atomic_numbers, batch.cell[0], batch.pbc[0])
-        return self._rows.plan(*system)
+        system = (batch.positions.detach(), batch.atomic_numbers, batch.cell[0], batch.pbc[0])
+        return ChunkPlan.of(*self._chunks(*system, batch.num_nodes), batch.num_nodes)

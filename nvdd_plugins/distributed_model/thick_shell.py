@@ -56,7 +56,7 @@ class ChunkedRows:
         self.n_layers = shell.n_layers
         self.width = shell.n_layers * float(self.model.cutoff)
         self.grid = grid
-        self.max_rows = shell.chunk_rows if isinstance(shell.chunk_rows, int) else None
+        self.max_atoms = shell.chunk_rows if isinstance(shell.chunk_rows, int) else None
         self._measure = shell.chunk_rows == "auto"
         self.last_plan: ChunkPlan | None = None  # of the last evaluation
         self._grid_hint: tuple[int, int, int] | None = None
@@ -96,9 +96,7 @@ class ChunkedRows:
             wrapped = partitioner.wrapped_axes
         else:
             whole = torch.arange(n_rows, device=positions.device)
-            chunks = iter(
-                [(whole, positions.new_zeros(n_rows, 3, dtype=torch.long), 0)] if n_rows else []
-            )
+            chunks = [(whole, torch.zeros_like(positions, dtype=torch.long), 0)] if n_rows else []
             wrapped = torch.zeros(3, dtype=torch.bool, device=positions.device)
         out: dict[str, torch.Tensor] = {}
         derived: dict[str, torch.Tensor] = {}
@@ -149,19 +147,6 @@ class ChunkedRows:
             else:
                 out[name] = value
 
-    def plan(
-        self,
-        positions: torch.Tensor,
-        atomic_numbers: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-    ) -> ChunkPlan:
-        """The chunks the next evaluation of these rows (all targets) uses."""
-        partitioner, images = self._chunks(
-            positions.detach(), atomic_numbers, cell, pbc, positions.shape[0]
-        )
-        return ChunkPlan.of(partitioner, images, positions.shape[0])
-
     def _chunks(
         self,
         positions: torch.Tensor,
@@ -200,12 +185,12 @@ class ChunkedRows:
         frame: DecompositionFrame,
     ) -> int:
         """The rows per chunk: given, measured on a GPU (`measured_row_limit`), or all."""
-        if self.max_rows is None and self._measure and positions.device.type == "cuda":
+        if self.max_atoms is None and self._measure and positions.device.type == "cuda":
             leaf = positions.detach().requires_grad_(True)
             probe = partial(self._evaluate_chunk, leaf, atomic_numbers, cell, Wanted(True, False))
-            self.max_rows = measured_row_limit(frame, positions, self.width, probe)
-            logger.info("chunks of at most %d rows (from free device memory)", self.max_rows)
-        return self.max_rows if self.max_rows is not None else max(positions.shape[0], 1)
+            self.max_atoms = measured_row_limit(frame, positions, self.width, probe)
+            logger.info("chunks of at most %d rows (from free device memory)", self.max_atoms)
+        return self.max_atoms if self.max_atoms is not None else max(positions.shape[0], 1)
 
     def _evaluate_chunk(
         self,
