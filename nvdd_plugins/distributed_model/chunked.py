@@ -19,7 +19,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
 from nvdd_plugins.distributed_model.derivatives import Wanted
 from nvdd_plugins.distributed_model.runner import SpecRunner
-from nvdd_plugins.distributed_model.shells import ThickShell
+from nvdd_plugins.distributed_model.shells import ThickShell, refuse_global_sums
 from nvdd_plugins.distributed_model.thick_shell import ChunkedRows
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import ENERGY_KINDS, MLIPSpec
@@ -54,19 +54,18 @@ class ChunkedEvaluator(ChunkedRows):
     ) -> None:
         if max_atoms is not None and max_atoms < 1:
             raise ValueError(f"max_atoms must be a positive number of rows, got {max_atoms}")
-        spec = model.distribution_spec()
-        if n_layers is None and spec is not None:
-            n_layers = spec.n_layers
+        spec = model.distribution_spec() or MLIPSpec(output_kinds=ENERGY_KINDS)
+        n_layers = spec.n_layers if n_layers is None else n_layers
         if n_layers is None or n_layers < 1:
             raise ValueError(
                 f"{type(model).__name__} does not declare its message-passing layers "
                 "(MLIPSpec.n_layers): pass ChunkedEvaluator(model, n_layers=...), the number "
                 "of cutoffs an atom's energy can see"
             )
-        spec = spec if spec is not None else MLIPSpec(output_kinds=ENERGY_KINDS)
+        refuse_global_sums(model, spec, "ChunkedEvaluator")
+        shell = ThickShell(int(n_layers), "auto" if max_atoms is None else max_atoms)
         runner = SpecRunner(model, spec, DomainConfig(cutoff=model.cutoff), LocalCommunicator())
         runner.checking = False  # no view is rebuilt: nothing to check
-        shell = ThickShell(int(n_layers), "auto" if max_atoms is None else max_atoms)
         super().__init__(runner, shell, None if grid is None else tuple(grid))
 
     # -- Evaluator protocol -------------------------------------------------------------------

@@ -17,7 +17,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec
 
-__all__ = ["PerLayerRefresh", "Shell", "ThickShell", "shell_for"]
+__all__ = ["PerLayerRefresh", "Shell", "ThickShell", "refuse_global_sums", "shell_for"]
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,6 @@ def shell_for(model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig) -> Sh
     error when the model cannot be evaluated without exchange during its forward."""
     if config.chunk_atoms is None:
         return PerLayerRefresh()
-    global_sums = any(
-        isinstance(transform, AllReduceSum)
-        for adapter in spec.distribution.custom_ops
-        for transform in (*adapter.arg_transforms.values(), *adapter.output_transforms.values())
-    )
-    if global_sums:
-        raise ValueError(
-            f"chunk_atoms cannot evaluate {type(model).__name__}: its spec sums over the "
-            "whole system during the forward (an OpAdapter with AllReduceSum, e.g. charge "
-            "equilibration), which a chunk cannot see"
-        )
     n_layers = max(spec.n_layers or 0, config.halo_layers or 0)
     if not n_layers:
         raise ValueError(
@@ -65,4 +54,20 @@ def shell_for(model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig) -> Sh
             "model's message-passing layers x cutoff; its spec does not declare its layers "
             "(MLIPSpec.n_layers): give DomainConfig(halo_layers=...)"
         )
+    refuse_global_sums(model, spec, "chunk_atoms")
     return ThickShell(n_layers, config.chunk_atoms)
+
+
+def refuse_global_sums(model: BaseModelMixin, spec: MLIPSpec, asked_by: str) -> None:
+    """Raise when the spec of `model` sums over the whole system during the forward, which
+    no thick shell holds (`asked_by`: the setting that asked for one)."""
+    if any(
+        isinstance(transform, AllReduceSum)
+        for adapter in spec.distribution.custom_ops
+        for transform in (*adapter.arg_transforms.values(), *adapter.output_transforms.values())
+    ):
+        raise ValueError(
+            f"{asked_by} cannot evaluate {type(model).__name__}: its spec sums over the "
+            "whole system during the forward (an OpAdapter with AllReduceSum, e.g. charge "
+            "equilibration), which a chunk cannot see"
+        )

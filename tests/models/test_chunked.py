@@ -112,6 +112,24 @@ def test_clear_errors() -> None:
         ChunkedEvaluator(no_layers)
 
 
+def test_models_with_global_sums_are_refused() -> None:
+    """A spec whose forward sums over the whole system (charge equilibration: an adapter
+    with AllReduceSum) cannot run chunk by chunk, even with its layers given."""
+    from dataclasses import replace
+
+    from nvdd_plugins.spec import AllReduceSum, OpAdapter
+
+    class GlobalSumMPNN(SimpleMPNN):
+        def distribution_spec(self, strategy=None):
+            spec = super().distribution_spec(strategy)
+            summed = OpAdapter(op=torch.ops.aten.sum.default, output_transforms={0: AllReduceSum()})
+            return replace(spec, distribution=replace(spec.distribution, custom_ops=(summed,)))
+
+    model = GlobalSumMPNN(cutoff=3.5, hidden=8, n_layers=2).double()
+    with pytest.raises(ValueError, match="ChunkedEvaluator cannot evaluate GlobalSumMPNN"):
+        ChunkedEvaluator(model, n_layers=2)
+
+
 def test_nve_in_chunks_follows_the_whole_system() -> None:
     model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
     runs = []
