@@ -27,6 +27,7 @@ per rank; on a loaded machine they are noisy (the load average is printed with t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -43,6 +44,7 @@ from ase.md.velocitydistribution import thermalize_momenta
 from common import write_json
 
 from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.decomposition import (
     DecompositionFrame,
     SpatialPartitioner,
@@ -52,16 +54,40 @@ from nvdd_plugins.decomposition import (
     rebalanced,
 )
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN, random_mace
+from nvdd_plugins.spec import MLIPSpec
 
 EPSILON, SIGMA, CUTOFF, SKIN, DT_FS = 0.167, 2.315, 5.5, 0.5, 2.0
 THRESHOLD = DomainConfig(cutoff=CUTOFF).balance_threshold
 RANKS = (4, 8, 16)
 
 
-def _model(name: str = "lj") -> LennardJonesModel | SimpleMPNN:
+class OwnedEdgesMPNN(SimpleMPNN):
+    """`SimpleMPNN` declaring what MACE's, NequIP's and SevenNet's specs declare: every
+    aggregation writes onto row 0 of `edge_index` (its receivers), so a rank drops the edges
+    into its ghost rows (their features come from the per-layer exchange). The runner
+    checks the claim on the first forward against one on every edge."""
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`SimpleMPNN`'s spec with `edge_target_row=0`."""
+        spec = super().distribution_spec(strategy)
+        if spec is None:
+            return None
+        distribution = dataclasses.replace(spec.distribution, edge_target_row=0)
+        return dataclasses.replace(spec, distribution=distribution)
+
+
+TIMING_MODELS = ("lj", "mpnn", "mpnn-owned-edges", "mace")
+
+
+def _model(name: str = "lj") -> torch.nn.Module:
+    """The count replay's Lennard-Jones, or a timing model of `TIMING_MODELS`."""
     if name == "mpnn":  # the tests' tiny 3-layer MPNN (random weights)
         return SimpleMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
+    if name == "mpnn-owned-edges":
+        return OwnedEdgesMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
+    if name == "mace":  # tiny e3nn MACE: 2 interactions, 8x0e+8x1o, max_ell 2 (random weights)
+        return MACEWrapper(random_mace([29], r_max=CUTOFF, avg_num_neighbors=40.0))
     return LennardJonesModel(epsilon=EPSILON, sigma=SIGMA, cutoff=CUTOFF, shift=True)
 
 
@@ -210,7 +236,10 @@ def _timed(comm, args: argparse.Namespace) -> dict[str, float]:
             comm.barrier()
             times[mode].append((time.perf_counter() - start) / steps)
     owned = {mode: dd.batch.num_nodes for mode, dd in runs.items()}
-    return {**{m: statistics.median(t) for m, t in times.items()}, "owned": owned}
+    rows = {mode: dd.model.domain.view.n_rows for mode, dd in runs.items()}
+    grid = {mode: dd.model.domain.partitioner.grid for mode, dd in runs.items()}
+    medians = {m: statistics.median(t) for m, t in times.items()}
+    return {**medians, "owned": owned, "rows": rows, "grid": grid}
 
 
 def _spawned(rank: int, size: int, port: int, args: argparse.Namespace, out: str) -> None:
@@ -238,6 +267,8 @@ def timing(args: argparse.Namespace) -> dict:
         )
         reports = [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(args.timing_ranks)]
     owned = {mode: [r["owned"][mode] for r in reports] for mode in ("off", "auto")}
+    rows = {mode: [r["rows"][mode] for r in reports] for mode in ("off", "auto")}
+    grid = reports[0]["grid"]
     off, auto = reports[0]["off"], reports[0]["auto"]
     return {
         "ranks": args.timing_ranks,
@@ -246,6 +277,8 @@ def timing(args: argparse.Namespace) -> dict:
         "seconds_per_step": {"off": off, "auto": auto},
         "speedup": off / auto,
         "owned": owned,
+        "rows": rows,
+        "grid": grid,
         "load_average_before": load,
         "load_average_after": os.getloadavg(),
         "cpu_count": os.cpu_count(),
@@ -259,7 +292,7 @@ def main() -> None:
     parser.add_argument("--timing-ranks", type=int, default=4)
     parser.add_argument("--timing-steps", type=int, default=10, help="0: no timing")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--timing-model", default="lj", choices=["lj", "mpnn"])
+    parser.add_argument("--timing-model", default="lj", choices=TIMING_MODELS)
     parser.add_argument("--timing-side", type=int, default=12, help="slab atoms per layer edge")
     parser.add_argument("--timing-dt", type=float, default=DT_FS, help="fs")
     parser.add_argument("--port", type=int, default=29611)
@@ -289,6 +322,8 @@ def main() -> None:
             f"ranks: off {per_step['off'] * 1e3:.1f} ms/step, "
             f"auto {per_step['auto'] * 1e3:.1f} ms/step, speed-up {report['speedup']:.2f}x; "
             f"owned off {report['owned']['off']}, auto {report['owned']['auto']}; "
+            f"rows off {report['rows']['off']}, auto {report['rows']['auto']}; "
+            f"grid off {report['grid']['off']}, auto {report['grid']['auto']}; "
             f"load average {report['load_average_before'][0]:.1f} -> "
             f"{report['load_average_after'][0]:.1f} on {report['cpu_count']} CPUs"
         )
