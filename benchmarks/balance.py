@@ -177,7 +177,8 @@ class Replay:
 
     def rebuild(self, positions: torch.Tensor) -> None:
         """The "auto" decision at a neighbour-list rebuild (one process: no reduction)."""
-        cuts = rebalanced(self.balanced, positions, THRESHOLD, in_one_process)
+        counts = owned_counts(self.balanced, positions, in_one_process)
+        cuts = rebalanced(self.balanced, positions, counts, THRESHOLD, in_one_process)
         if cuts is not None:
             frame, size = self.balanced.frame, self.balanced.world_size
             self.balanced = SpatialPartitioner(frame, size, None, CUTOFF + SKIN, cuts)

@@ -29,6 +29,7 @@ __all__ = [
     "in_one_process",
     "owned_counts",
     "rebalanced",
+    "row_counts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -209,25 +210,47 @@ def owned_counts(
     return reduce(counts, "sum")
 
 
+def row_counts(
+    partitioner: SpatialPartitioner, positions: torch.Tensor, reduce: Reduce
+) -> torch.Tensor:
+    """Rows each rank's sub-domain holds under `partitioner` (float64, CPU): its owned atoms
+    plus their ghost images (periodic self-images included), of `positions` summed by
+    `reduce` — the rows a model evaluates on each rank."""
+    images = partitioner.domain_images(positions.detach())
+    rows = torch.bincount(images.ranks.cpu(), minlength=partitioner.world_size)
+    return reduce(rows.to(torch.float64), "sum")
+
+
 def rebalanced(
     partitioner: SpatialPartitioner,
     positions: torch.Tensor,
+    costs: torch.Tensor,
     threshold: float,
     reduce: Reduce,
     grid: tuple[int, int, int] | None = None,
 ) -> StaggeredCuts | None:
-    """New cuts when the owned atoms at `positions` (this rank's, summed by `reduce`) are
-    more unequal than `threshold` (max / mean) under `partitioner` and the balanced cuts
-    (of `grid`, or the grid of the occupied region) are better; else None."""
-    before = imbalance(owned_counts(partitioner, positions, reduce))
+    """New cuts when the ranks' `costs` under `partitioner` (one per rank, the same on every
+    rank: owned atoms, rows, or measured seconds) are more unequal than `threshold`
+    (max / mean), and the balanced cuts (of `grid`, or the grid of the occupied region)
+    promise better; else None.
+
+    Each rank's cost is spread evenly over the atoms it owns (as LAMMPS's `fix balance`
+    weighs by time), and the cuts give every rank an equal share of that weight; with
+    owned atoms as the cost, every atom weighs 1. `positions` are this rank's atoms, summed
+    over the ranks by `reduce`."""
+    costs = costs.detach().cpu().to(torch.float64)
+    before = imbalance(costs)
     if before <= threshold:
         return None
     frame, size = partitioner.frame, partitioner.world_size
+    owners = partitioner.rank_of(positions.detach()).cpu()
+    counts = reduce(torch.bincount(owners, minlength=size).to(torch.float64), "sum")
+    weights = (costs / counts.clamp(min=1.0))[owners]
     home, _ = partitioner.home_fractional(positions.detach())
-    weights = torch.ones(home.shape[0], dtype=torch.float64)
     widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
     cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid, partitioner.halo_width)
     candidate = SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts)
-    after = imbalance(owned_counts(candidate, positions, reduce))
-    logger.info("owned atoms max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)
+    shares = torch.bincount(candidate.rank_of(positions.detach()).cpu(), weights, minlength=size)
+    after = imbalance(reduce(shares.to(torch.float64), "sum"))
+    logger.info("cost max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)
     return cuts if after < before else None

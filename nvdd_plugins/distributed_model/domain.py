@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator
+from nvdd_plugins.comm import Communicator, TimedCommunicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import (
@@ -17,7 +17,9 @@ from nvdd_plugins.decomposition import (
     SpatialPartitioner,
     StaggeredCuts,
     in_one_process,
+    owned_counts,
     rebalanced,
+    row_counts,
 )
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import build_halo_view
@@ -79,7 +81,8 @@ class HaloDomain:
         cuts = None
         if self.comm.rank == 0 and positions is not None:
             partitioner = self._partitioner()
-            cuts = self._balanced(positions.detach().to(partitioner.frame.box), in_one_process)
+            at = positions.detach().to(partitioner.frame.box)
+            cuts = self._balanced(at, in_one_process, timed=False)
         self._adopt(self.comm.broadcast_object(cuts, src=0))
 
     def rebalance(self, positions: torch.Tensor, cell: torch.Tensor, replicated: bool) -> None:
@@ -89,16 +92,36 @@ class HaloDomain:
         a balanced run pays one all-reduce of one number per rank."""
         self._follow_cell(cell.detach(), positions.device)
         reduce = in_one_process if replicated else self.comm.all_reduce
-        self._adopt(self._balanced(positions.detach(), reduce))
+        self._adopt(self._balanced(positions.detach(), reduce, timed=True))
 
-    def _balanced(self, positions: torch.Tensor, reduce: Reduce) -> StaggeredCuts | None:
-        """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when
-        balancing is off, the current cuts are within the threshold, or new cuts would be
-        no better."""
+    def _balanced(
+        self, positions: torch.Tensor, reduce: Reduce, timed: bool
+    ) -> StaggeredCuts | None:
+        """Cuts that balance the ranks' cost (`DomainConfig.balance_weight`; measured time
+        only when `timed`, i.e. every rank takes part) at `positions` (summed by `reduce`),
+        or None when balancing is off, the current cuts are within the threshold, or new
+        cuts would be no better."""
         if self.config.balance == "off":
             return None
-        threshold = self.config.balance_threshold
-        return rebalanced(self._partitioner(), positions, threshold, reduce, self.config.grid)
+        partitioner, threshold = self._partitioner(), self.config.balance_threshold
+        costs = self._costs(partitioner, positions, reduce, timed)
+        return rebalanced(partitioner, positions, costs, threshold, reduce, self.config.grid)
+
+    def _costs(
+        self, partitioner: SpatialPartitioner, positions: torch.Tensor, reduce: Reduce, timed: bool
+    ) -> torch.Tensor:
+        """Each rank's cost under `partitioner`: rows, measured compute seconds (with `timed`,
+        collective; owned atoms until every rank has timed a forward), or owned atoms."""
+        weight = self.config.balance_weight
+        if weight == "rows":
+            return row_counts(partitioner, positions, reduce)
+        if weight == "time" and timed and isinstance(self.comm, TimedCommunicator):
+            mine = torch.zeros(self.comm.size, dtype=torch.float64)
+            mine[self.comm.rank] = self.comm.take_computed()
+            seconds = self.comm.all_reduce(mine)
+            if bool((seconds > 0).all()):
+                return seconds
+        return owned_counts(partitioner, positions, reduce)
 
     def _adopt(self, cuts: StaggeredCuts | None) -> None:
         """Use `cuts` (same on every rank) from now on; None keeps the current ones."""

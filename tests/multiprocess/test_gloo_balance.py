@@ -1,6 +1,7 @@
 """Re-balancing during a run on real gloo ranks: a cluster drifting through a periodic box
 makes the owned atoms unequal, "auto" moves the cuts at rebuilds, and the trajectory stays
-the single-process one; with balance="off" the ranks stay unequal."""
+the single-process one (also weighing ranks by rows and by measured time); with
+balance="off" the ranks stay unequal."""
 
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ def _drifting_cluster() -> Batch:
     return Batch.from_atoms(atoms)
 
 
-def _run(comm: Communicator, balance: str) -> tuple[torch.Tensor, int, float]:
-    config = DomainConfig(lj_model().cutoff, SKIN, comm, balance=balance)
+def _run(
+    comm: Communicator, balance: str, weight: str = "atoms"
+) -> tuple[torch.Tensor, int, float]:
+    config = DomainConfig(lj_model().cutoff, SKIN, comm, balance=balance, balance_weight=weight)
     worst = 1.0
     with DomainParallel(NVE(lj_model(), DT_FS, skin=SKIN), config, STEPS) as dd:
         dd.partition(_drifting_cluster() if comm.rank == 0 else None)
@@ -47,7 +50,8 @@ def _run(comm: Communicator, balance: str) -> tuple[torch.Tensor, int, float]:
 
 
 def _both(comm: Communicator) -> dict[str, tuple[torch.Tensor, int, float]]:
-    return {balance: _run(comm, balance) for balance in ("auto", "off")}
+    runs = {balance: _run(comm, balance) for balance in ("auto", "off")}
+    return {**runs, **{weight: _run(comm, "auto", weight) for weight in ("rows", "time")}}
 
 
 def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> None:
@@ -63,3 +67,7 @@ def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> No
         off_positions, off_rebalances, off_worst = rank_results["off"]
         assert float((off_positions - reference.positions).abs().max()) < 1e-8
         assert off_rebalances == 0 and off_worst > worst
+        for weight in ("rows", "time"):  # other costs: other cuts, the same trajectory
+            weighed_positions, weighed_rebalances, _ = rank_results[weight]
+            assert float((weighed_positions - reference.positions).abs().max()) < 1e-8, weight
+            assert weighed_rebalances >= 2, weight
