@@ -17,7 +17,9 @@ last one), "auto" re-balances when max / mean exceeds the threshold (1.05); owne
 only there. Printed: max / mean with the regular grid and with "auto" after partition, the
 largest with "auto" over the run, and the regular grid's at the end.
 
-Timing: `--timing-ranks` gloo processes run the slab (`--timing-side`, `--timing-model`),
+Timing: `--timing-ranks` gloo processes run the slab (`--timing-side`, `--timing-model`:
+Lennard-Jones, the tests' SimpleMPNN, the same MPNN declaring `edge_target_row=0` so that
+ranks drop the edges into their ghost rows, or a tiny e3nn MACE, which needs mace-torch),
 `balance="off"` and "auto" built side by side in each rank and stepped in alternation
 (blocks of `--timing-steps` steps), medians of `--rounds` blocks. Every rank waits for the
 slowest, so a step takes as long as the busiest rank. The gloo numbers need one free core
