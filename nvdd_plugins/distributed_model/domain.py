@@ -87,9 +87,9 @@ class HaloDomain:
 
     def rebalance(self, positions: torch.Tensor, cell: torch.Tensor, replicated: bool) -> None:
         """Move the cuts when this rank's atoms at `positions` (every rank's together, or
-        with `replicated` the full system each rank holds alike) leave the owned atoms per
-        rank more unequal than `DomainConfig.balance_threshold` (max / mean). Collective;
-        a balanced run pays one all-reduce of one number per rank."""
+        with `replicated` the full system each rank holds alike) leave the cost per rank
+        (`DomainConfig.balance_weight`) more unequal than `DomainConfig.balance_threshold`
+        (max / mean). Collective; a balanced run pays one all-reduce of one number per rank."""
         self._follow_cell(cell.detach(), positions.device)
         reduce = in_one_process if replicated else self.comm.all_reduce
         self._adopt(self._balanced(positions.detach(), reduce, timed=True))
