@@ -35,6 +35,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 BINS = 16384  # per axis: cuts to 1/16384 of the box (0.004 Å in a 60 Å box)
+REFINEMENTS = 4  # rounds of cuts weighted by a counted cost (`rebalanced`)
 
 Reduce = Callable[[torch.Tensor, str], torch.Tensor]
 """Reduces a tensor over the ranks with "sum", "min" or "max" (a communicator's
@@ -221,27 +222,16 @@ def row_counts(
     return reduce(rows.to(torch.float64), "sum")
 
 
-def rebalanced(
+def _weighted_cuts(
     partitioner: SpatialPartitioner,
     positions: torch.Tensor,
     costs: torch.Tensor,
-    threshold: float,
     reduce: Reduce,
-    grid: tuple[int, int, int] | None = None,
-) -> StaggeredCuts | None:
-    """New cuts when the ranks' `costs` under `partitioner` (one per rank, the same on every
-    rank: owned atoms, rows, or measured seconds) are more unequal than `threshold`
-    (max / mean), and the balanced cuts (of `grid`, or the grid of the occupied region)
-    promise better; else None.
-
-    Each rank's cost is spread evenly over the atoms it owns (as LAMMPS's `fix balance`
-    weighs by time), and the cuts give every rank an equal share of that weight; with
-    owned atoms as the cost, every atom weighs 1. `positions` are this rank's atoms, summed
-    over the ranks by `reduce`."""
-    costs = costs.detach().cpu().to(torch.float64)
-    before = imbalance(costs)
-    if before <= threshold:
-        return None
+    grid: tuple[int, int, int] | None,
+) -> tuple[SpatialPartitioner, torch.Tensor]:
+    """The partitioner of the cuts giving every rank an equal share of `costs` (per rank
+    under `partitioner`) spread evenly over each rank's owned atoms, and those per-atom
+    weights of `positions`."""
     frame, size = partitioner.frame, partitioner.world_size
     owners = partitioner.rank_of(positions.detach()).cpu()
     counts = reduce(torch.bincount(owners, minlength=size).to(torch.float64), "sum")
@@ -249,8 +239,48 @@ def rebalanced(
     home, _ = partitioner.home_fractional(positions.detach())
     widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
     cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid, partitioner.halo_width)
-    candidate = SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts)
-    shares = torch.bincount(candidate.rank_of(positions.detach()).cpu(), weights, minlength=size)
-    after = imbalance(reduce(shares.to(torch.float64), "sum"))
-    logger.info("cost max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)
-    return cuts if after < before else None
+    return SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts), weights
+
+
+def rebalanced(
+    partitioner: SpatialPartitioner,
+    positions: torch.Tensor,
+    costs: torch.Tensor,
+    threshold: float,
+    reduce: Reduce,
+    grid: tuple[int, int, int] | None = None,
+    cost_of: Callable[[SpatialPartitioner], torch.Tensor] | None = None,
+) -> StaggeredCuts | None:
+    """New cuts when the ranks' `costs` under `partitioner` (one per rank, the same on every
+    rank: owned atoms, rows, or measured seconds) are more unequal than `threshold`
+    (max / mean) and new cuts (of `grid`, or the grid of the occupied region) lower the
+    busiest rank's cost; else None. `positions` are this rank's atoms, summed over the
+    ranks by `reduce`.
+
+    A rank's cost is spread evenly over the atoms it owns (as LAMMPS's `fix balance` weighs
+    by time) and the cuts give every rank an equal share of that weight. A cost that can be
+    counted for any cuts (`cost_of`: owned atoms, rows) starts from equal atoms and is then
+    refined, up to `REFINEMENTS` times, by the weights of its own previous cuts, keeping the
+    best; a measured one (no `cost_of`) takes one step, its cost predicted from the weights.
+    """
+    costs = costs.detach().cpu().to(torch.float64)
+    if imbalance(costs) <= threshold:
+        return None
+    if cost_of is None:
+        candidate, weights = _weighted_cuts(partitioner, positions, costs, reduce, grid)
+        owners = candidate.rank_of(positions.detach()).cpu()
+        shares = torch.bincount(owners, weights, partitioner.world_size)
+        after = reduce(shares.to(torch.float64), "sum")
+        logger.info("cost max/mean %.3f -> %.3f (predicted)", imbalance(costs), imbalance(after))
+        return candidate.cuts.to("cpu") if float(after.max()) < float(costs.max()) else None
+    best, lowest = None, float(costs.max())
+    current, current_costs = partitioner, owned_counts(partitioner, positions, reduce)
+    for _ in range(REFINEMENTS):
+        current, _ = _weighted_cuts(current, positions, current_costs, reduce, grid)
+        current_costs = cost_of(current).detach().cpu().to(torch.float64)
+        if float(current_costs.max()) < lowest:
+            best, lowest = current.cuts.to("cpu"), float(current_costs.max())
+        if imbalance(current_costs) <= threshold:
+            break
+    logger.info("cost max/mean %.3f -> busiest %.1f", imbalance(costs), lowest)
+    return best

@@ -97,31 +97,33 @@ class HaloDomain:
     def _balanced(
         self, positions: torch.Tensor, reduce: Reduce, timed: bool
     ) -> StaggeredCuts | None:
-        """Cuts that balance the ranks' cost (`DomainConfig.balance_weight`; measured time
-        only when `timed`, i.e. every rank takes part) at `positions` (summed by `reduce`),
-        or None when balancing is off, the current cuts are within the threshold, or new
-        cuts would be no better."""
+        """Cuts balancing the ranks' cost (`DomainConfig.balance_weight`; time only when
+        `timed`: every rank takes part) at `positions` (summed by `reduce`), or None (off,
+        within the threshold, or no better)."""
         if self.config.balance == "off":
             return None
-        partitioner, threshold = self._partitioner(), self.config.balance_threshold
-        costs = self._costs(partitioner, positions, reduce, timed)
-        return rebalanced(partitioner, positions, costs, threshold, reduce, self.config.grid)
+        counted = row_counts if self.config.balance_weight == "rows" else owned_counts
 
-    def _costs(
-        self, partitioner: SpatialPartitioner, positions: torch.Tensor, reduce: Reduce, timed: bool
-    ) -> torch.Tensor:
-        """Each rank's cost under `partitioner`: rows, measured compute seconds (with `timed`,
-        collective; owned atoms until every rank has timed a forward), or owned atoms."""
-        weight = self.config.balance_weight
-        if weight == "rows":
-            return row_counts(partitioner, positions, reduce)
-        if weight == "time" and timed and isinstance(self.comm, TimedCommunicator):
-            mine = torch.zeros(self.comm.size, dtype=torch.float64)
-            mine[self.comm.rank] = self.comm.take_computed()
-            seconds = self.comm.all_reduce(mine)
-            if bool((seconds > 0).all()):
-                return seconds
-        return owned_counts(partitioner, positions, reduce)
+        def cost_of(partitioner: SpatialPartitioner) -> torch.Tensor:
+            return counted(partitioner, positions, reduce)
+
+        seconds = self._measured_seconds() if timed else None
+        partitioner, threshold = self._partitioner(), self.config.balance_threshold
+        costs = cost_of(partitioner) if seconds is None else seconds
+        return rebalanced(
+            partitioner, positions, costs, threshold, reduce, self.config.grid,
+            cost_of=cost_of if seconds is None else None,
+        )  # fmt: skip
+
+    def _measured_seconds(self) -> torch.Tensor | None:
+        """Each rank's compute seconds since the last call, with `balance_weight="time"`
+        (collective), when every rank has timed a forward; else None (owned atoms)."""
+        if self.config.balance_weight != "time" or not isinstance(self.comm, TimedCommunicator):
+            return None
+        mine = torch.zeros(self.comm.size, dtype=torch.float64)
+        mine[self.comm.rank] = self.comm.take_computed()
+        seconds = self.comm.all_reduce(mine)
+        return seconds if bool((seconds > 0).all()) else None
 
     def _adopt(self, cuts: StaggeredCuts | None) -> None:
         """Use `cuts` (same on every rank) from now on; None keeps the current ones."""

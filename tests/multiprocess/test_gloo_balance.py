@@ -56,6 +56,6 @@ def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> No
         assert float((off_positions - reference.positions).abs().max()) < 1e-8
         assert off_rebalances == 0 and off_worst > worst
         for weight in ("rows", "time"):  # other costs: other cuts, the same trajectory
-            weighed_positions, weighed_rebalances, _ = rank_results[weight]
+            weighed_positions = rank_results[weight][0]
             assert float((weighed_positions - reference.positions).abs().max()) < 1e-8, weight
-            assert weighed_rebalances >= 2, weight
+        assert rank_results["time"][1] >= 2  # measured times move the cuts as it drifts
