@@ -2,7 +2,7 @@
 ranks, max / mean owned atoms and rows (owned + ghost), and the busiest rank's rows, after
 re-balancing the initial positions by each cost as `HaloDomain` does at rebuilds (at most
 six times, until the cost is within the threshold or new cuts would not lower the busiest
-rank's).
+rank's); then the slab balanced by atoms on every grid of 4 ranks.
 
     OMP_NUM_THREADS=1 python benchmarks/balance_weights.py [--json out.json]
 
@@ -53,6 +53,29 @@ def converged(frame: DecompositionFrame, positions: torch.Tensor, size: int, cos
             "rebalances": rebalances, "grid": partitioner.grid}  # fmt: skip
 
 
+def slab_grids(size: int = 4) -> dict:
+    """Owned atoms and rows per rank of the slab balanced by atoms on every grid of `size`
+    ranks: which grid holds the fewest rows on its busiest rank."""
+    batch = Batch.from_atoms(SYSTEMS["slab"]())
+    positions = batch.positions
+    frame = DecompositionFrame.from_system(positions, batch.cell[0], batch.pbc[0])
+    report = {}
+    for px in range(1, size + 1):
+        for py in range(1, size // px + 1):
+            if size % (px * py):
+                continue
+            grid = (px, py, size // (px * py))
+            regular = SpatialPartitioner(frame, size, grid, CUTOFF + SKIN)
+            counts = owned_counts(regular, positions, in_one_process)
+            cuts = rebalanced(regular, positions, counts, 1.0, in_one_process, grid)
+            balanced = SpatialPartitioner(frame, size, None, CUTOFF + SKIN, cuts)
+            owned = owned_counts(balanced, positions, in_one_process).int().tolist()
+            rows = row_counts(balanced, positions, in_one_process).int().tolist()
+            report[str(grid)] = {"owned": owned, "rows": rows}
+            print(f"slab, grid {grid}: owned {owned}, rows {rows}")
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
@@ -75,6 +98,7 @@ def main() -> None:
                 print(f"{name:<14} {size:>5} {weight:>5} {row['owned']:>14.3f} "
                       f"{row['rows']:>13.3f} {row['max_rows']:>8} {row['rebalances']:>10}  "
                       f"{row['grid']}")  # fmt: skip
+    results["slab_grids_4_ranks"] = slab_grids()
     write_json(args.json, {"args": vars(args), "results": results})
 
 
