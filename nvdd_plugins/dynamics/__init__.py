@@ -9,6 +9,7 @@ from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, Trajecto
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
+from nvdd_plugins.dynamics.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
@@ -33,6 +34,7 @@ __all__ = [
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",
+    "OneProcessEvaluator",
     "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",

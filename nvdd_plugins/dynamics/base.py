@@ -16,6 +16,7 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.dynamics.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics.reduction import SumReducer, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
@@ -24,7 +25,7 @@ from nvdd_plugins.dynamics.stages import (
     HookContext,
     HookFunction,
 )
-from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
+from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["BaseDynamics", "Evaluator"]
 
@@ -34,7 +35,7 @@ _RESULTS = ("energy", "forces", "stress")  # the model results a dynamics keeps 
 
 
 class Evaluator(Protocol):
-    """How a dynamics evaluates its model (`ModelEvaluator` by default)."""
+    """How a dynamics evaluates its model (`OneProcessEvaluator` by default)."""
 
     uses_batch_neighbors: bool  # a list on the batch is used (`NeighborListHook` may set it)
 
@@ -59,7 +60,8 @@ class BaseDynamics:
         model: the model wrapper.
         dt: time step, fs.
         hooks: hooks attached at their `stage` every `frequency` steps (see `attach`).
-        skin: Verlet skin (Å) of the single-process neighbour list.
+        skin: Verlet skin (Å) of the neighbour list in one process (`DomainParallel` takes
+            its own from `DomainConfig.skin`).
     """
 
     required_fields: tuple[str, ...] = ("positions", "atomic_numbers")
@@ -79,7 +81,7 @@ class BaseDynamics:
             raise ValueError(f"dt must be a positive number of fs, got {dt!r}")
         self.model = model
         self.dt = float(dt)
-        self.evaluator: Evaluator = ModelEvaluator(model, skin)
+        self.evaluator: Evaluator = OneProcessEvaluator(model, skin)
         self.reducer: SumReducer = local_sums
         self.step_count = 0
         self.results: dict[str, torch.Tensor] = {}
