@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
+from nvdd_plugins.dynamics.base import (
+    BaseDynamics,
+    Evaluator,
+    EvaluatorFactory,
+    set_default_evaluator,
+)
 from nvdd_plugins.dynamics.fire import FIRE
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
-from nvdd_plugins.dynamics.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
@@ -28,17 +32,18 @@ __all__ = [
     "BaseDynamics",
     "DynamicsStage",
     "Evaluator",
+    "EvaluatorFactory",
     "Hook",
     "HookContext",
     "HookFunction",
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",
-    "OneProcessEvaluator",
     "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",
     "VariableCellFIRE",
     "kinetic_partials",
     "local_sums",
+    "set_default_evaluator",
 ]

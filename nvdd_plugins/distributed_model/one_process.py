@@ -1,5 +1,6 @@
-"""`OneProcessEvaluator`: a dynamics' default evaluator, the one-rank domain-decomposition
-engine in one process.
+"""`OneProcessEvaluator`: the one-rank domain-decomposition engine as an integrator's
+evaluator in one process (the default, registered by the package facade with
+`nvdd_plugins.dynamics.set_default_evaluator`).
 
 An integrator run without `DomainParallel` evaluates its model through the same engine as
 `DomainParallel` at one rank: a `DistributedModel` over a single-process communicator, with
@@ -19,7 +20,7 @@ import torch
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import DistributedModel
+from nvdd_plugins.distributed_model.model import DistributedModel
 from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 
 __all__ = ["OneProcessEvaluator"]
