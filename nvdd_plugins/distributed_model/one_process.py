@@ -45,6 +45,7 @@ class OneProcessEvaluator:
         self.model = model
         self.skin = float(skin)
         self.fallback = ModelEvaluator(model, skin)
+        self.distributable = model.distribution_spec(StrategyKind.HALO) is not None
         self.engine: DistributedModel | None = None
         self._owned: Batch | None = None  # the engine's input for the last system
         self._versions: tuple[int, int] = (-1, -1)  # its species' and pbc's in-place versions
@@ -65,11 +66,7 @@ class OneProcessEvaluator:
     def takes(self, batch: Batch) -> bool:
         """Whether the engine evaluates `batch` (else `ModelEvaluator` does): one system,
         no neighbour list of its own, and a model with a distribution spec."""
-        return (
-            batch.num_graphs == 1
-            and "edge_index" not in batch
-            and self.model.distribution_spec(StrategyKind.HALO) is not None
-        )
+        return self.distributable and batch.num_graphs == 1 and "edge_index" not in batch
 
     def _engine(self) -> DistributedModel:
         if self.engine is None:

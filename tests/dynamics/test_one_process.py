@@ -11,6 +11,7 @@ from ase import Atoms
 
 from nvdd_plugins import AtomicData, Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.distributed_model import NonFiniteError
 from nvdd_plugins.dynamics import NPT, NVE, BaseDynamics, VariableCellFIRE
 from nvdd_plugins.models import ModelEvaluator
 from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, on_the_oracle
@@ -175,6 +176,16 @@ def test_float32_follows_the_float64_oracle() -> None:
     on_the_oracle(NVE(lj_model(), MD_DT_FS)).run(system, 20)
     assert single.positions.dtype == torch.float32
     assert float((single.positions.double() - system.positions).abs().max()) < 1e-4
+
+
+def test_non_finite_positions_raise_a_clear_error() -> None:
+    """As under DomainParallel: NaN positions are named, not integrated silently."""
+    batch = random_system(20, 32)
+    dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)
+    dynamics.run(batch, 2)
+    batch.positions = batch.positions.clone().index_fill_(0, torch.tensor([5]), float("nan"))
+    with pytest.raises(NonFiniteError, match=r"atoms \[5\]"):
+        dynamics.run(batch, 1)
 
 
 def test_oracle_helper_swaps_in_the_single_process_evaluator() -> None:
