@@ -181,6 +181,19 @@ def hot_bulk() -> Batch:
     return Batch.from_atoms(atoms)
 
 
+def drifting_cluster(drift: float = 0.05) -> Batch:
+    """`cluster` in a periodic 30 Å box, every atom moving `drift` Å/fs along x: the owned
+    atoms per rank grow unequal as it crosses sub-domain boundaries."""
+    atoms = cluster()
+    atoms.set_cell([30.0, 30.0, 30.0])
+    atoms.pbc = True
+    atoms.positions += 4.0
+    velocities = np.zeros((len(atoms), 3))
+    velocities[:, 0] = drift * 10.1805  # Å/fs in ASE's time unit
+    atoms.set_velocities(velocities)
+    return Batch.from_atoms(atoms)
+
+
 class NotReboundInteraction(_Interaction):
     """A SimpleMPNN layer that does not rebind its in-place `index_add_` (a rule break that is
     exact in eager runs and refused under compile=True)."""

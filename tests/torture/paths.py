@@ -132,7 +132,13 @@ def _replicated(
 ) -> Outcome:
     properties = properties_for(atoms)
     ref = _oracle(reference, model, atoms, properties)
-    run = lambda comm: replicated(comm, model, atoms, properties, case.grid, case.skin, strategy)  # noqa: E731
+
+    def run(comm: Communicator) -> dict[str, torch.Tensor]:
+        return replicated(
+            comm, model, atoms, properties, case.grid, case.skin, strategy,
+            balance_weight=case.balance_weight,
+        )  # fmt: skip
+
     results = _simulated(case, run, timeout)
     worst = _check_ranks(results, ref, len(atoms), "ReplicatedModel")
     owned = [int(r["n_owned"]) for r in results]
@@ -239,6 +245,7 @@ def _trajectory_rank(
         grid=case.grid,
         migration_hysteresis=case.hysteresis,
         strategy=strategy,
+        balance_weight=case.balance_weight,
     )
     with DomainParallel(_integrator(case, model), config, steps, hooks=[recorder]) as dd:
         dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)
