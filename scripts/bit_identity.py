@@ -2,7 +2,7 @@
 compare two dumps with `torch.equal`.
 
     PYTHONPATH=$PWD python scripts/bit_identity.py dump OUT_DIR [--only PATTERNS] [--device D]
-    python scripts/bit_identity.py compare A_DIR B_DIR
+    python scripts/bit_identity.py compare A_DIR B_DIR [--only PATTERNS]
 
 `dump` writes one `<case>.pt` per case (a dict of output name -> tensor, rank 0's results;
 a case that raises stores its message under "_error"). Case names are
@@ -32,11 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bit_identity_cases import Case, all_cases
 
 
+def _matches(name: str, only: str | None) -> bool:
+    patterns = [p.strip() for p in (only or "*").split(",") if p.strip()]
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
 def _selected(cases: list[Case], only: str | None) -> list[Case]:
-    if not only:
-        return cases
-    patterns = [p.strip() for p in only.split(",") if p.strip()]
-    return [c for c in cases if any(fnmatch.fnmatch(c.name, p) for p in patterns)]
+    return [c for c in cases if _matches(c.name, only)]
 
 
 def dump(out_dir: Path, only: str | None, device: str) -> int:
@@ -79,10 +81,11 @@ def _difference(a: Any, b: Any) -> str:
     return "" if a == b else f"{a!r} vs {b!r}"
 
 
-def compare(a_dir: Path, b_dir: Path) -> int:
-    """Print the per-case, per-output comparison of two dumps; 1 on any difference."""
-    a_cases = {p.stem: p for p in sorted(a_dir.glob("*.pt"))}
-    b_cases = {p.stem: p for p in sorted(b_dir.glob("*.pt"))}
+def compare(a_dir: Path, b_dir: Path, only: str | None = None) -> int:
+    """Print the per-case, per-output comparison of two dumps (the cases `only` matches);
+    1 on any difference."""
+    a_cases = {p.stem: p for p in sorted(a_dir.glob("*.pt")) if _matches(p.stem, only)}
+    b_cases = {p.stem: p for p in sorted(b_dir.glob("*.pt")) if _matches(p.stem, only)}
     bad, lines = 0, []
     for name, path in a_cases.items():
         if name not in b_cases:
@@ -125,10 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     comparer = commands.add_parser("compare", help="compare two dumps with torch.equal")
     comparer.add_argument("a_dir", type=Path)
     comparer.add_argument("b_dir", type=Path)
+    comparer.add_argument("--only", help="comma-separated fnmatch patterns of case names")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=UserWarning)  # e3nn/TorchScript noise
     if args.command == "compare":
-        return compare(args.a_dir, args.b_dir)
+        return compare(args.a_dir, args.b_dir, args.only)
     if args.list:
         cases, skipped = all_cases(args.device)
         print("\n".join([c.name for c in _selected(cases, args.only)] + skipped))
