@@ -39,11 +39,13 @@ def installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def _mace(cuequivariance: bool = False) -> Any:
+def _mace(device: str = "cpu", cuequivariance: bool = False) -> Any:
+    """Tiny MACE, moved to `device` before the conversion (cuEquivariance picks its fused
+    kernels on a GPU)."""
     from nvdd_plugins.models import MACEWrapper
     from tests.helpers.mace_models import tiny_mace
 
-    return MACEWrapper(tiny_mace(), cuequivariance=cuequivariance)
+    return MACEWrapper(tiny_mace().to(device), cuequivariance=cuequivariance)
 
 
 def _aimnet2() -> Any:
@@ -68,6 +70,11 @@ def _e3nn(name: str) -> Callable[[], Any]:
         return WRAPPERS[name]()
 
     return build
+
+
+def _on(build: Callable[[], Any]) -> Callable[[str], Any]:
+    """`build`, its model moved to a device."""
+    return lambda device: build().to(device)
 
 
 def _two_species(atoms: Atoms) -> Atoms:
@@ -105,26 +112,29 @@ UNCHUNKED = frozenset(c for c in CORE if not c[0].startswith("chunked"))
 
 @dataclass(frozen=True)
 class ModelCase:
-    """A model of the check: its builder, what species it wants, the modules it needs and
-    the (path, system, ranks) it runs (None: all)."""
+    """A model of the check: its builder (on a device), what species it wants, the modules
+    it needs and the (path, system, ranks) it runs (None: all)."""
 
-    build: Callable[[], Any]
+    build: Callable[[str], Any]
     species: Callable[[Atoms], Atoms] | None
     needs: tuple[str, ...]
     combos: frozenset[Combo] | None = CORE
 
 
 MODELS: dict[str, ModelCase] = {
-    "lj": ModelCase(lj_model, None, (), combos=None),
-    "mpnn": ModelCase(mpnn_model, None, (), combos=None),
+    "lj": ModelCase(_on(lj_model), None, (), combos=None),
+    "mpnn": ModelCase(_on(mpnn_model), None, (), combos=None),
     "mace": ModelCase(_mace, _two_species, ("mace",)),
     "mace_cueq": ModelCase(
-        lambda: _mace(True), _two_species, ("mace", "cuequivariance_torch"), UNCHUNKED
+        lambda device: _mace(device, True),
+        _two_species,
+        ("mace", "cuequivariance_torch"),
+        UNCHUNKED,
     ),
-    "aimnet2": ModelCase(_aimnet2, _hco, ("aimnet",)),
-    "sevennet": ModelCase(_sevennet, _two_species, ("sevenn",)),
-    "nequip": ModelCase(_e3nn("nequip"), _two_species, ("nequip",)),
-    "allegro": ModelCase(_e3nn("allegro"), _two_species, ("nequip", "allegro")),
+    "aimnet2": ModelCase(_on(_aimnet2), _hco, ("aimnet",)),
+    "sevennet": ModelCase(_on(_sevennet), _two_species, ("sevenn",)),
+    "nequip": ModelCase(_on(_e3nn("nequip")), _two_species, ("nequip",)),
+    "allegro": ModelCase(_on(_e3nn("allegro")), _two_species, ("nequip", "allegro")),
 }
 SYSTEMS: dict[str, Callable[[], Atoms]] = {"bulk": triclinic_bulk, "cluster": cluster}
 
@@ -267,11 +277,11 @@ def _on_ranks(
     if model_case.species is not None:
         atoms = model_case.species(atoms)
     if device == "cpu":
-        model = model_case.build()
+        model = model_case.build(device)
         return run_simulated(ranks, lambda c: path(c, model, atoms, device), timeout=TIMEOUT_S)[0]
 
     def per_rank(comm: Communicator) -> Outputs:
-        return path(comm, model_case.build().to(device), atoms, device)
+        return path(comm, model_case.build(device), atoms, device)
 
     return run_gloo(ranks, per_rank, timeout=TIMEOUT_S)[0]
 
