@@ -13,12 +13,13 @@ import os
 import sys
 import sysconfig
 import threading
+import traceback
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import CallKind, CallRules, StaleTargets, has_rows, is_opaque
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, OpAdapter
+from nvdd_plugins.spec import GLOBAL_SUM_ADAPTERS, MLIPSpec, OpAdapter
 from nvdd_plugins.validate.reductions import reduces_over_atoms
 
 __all__ = [
@@ -113,24 +114,21 @@ def _format_site(filename: str, line: int) -> str:
 
 def user_site(frame: FrameType | None) -> str:
     """ "file:line" of the innermost frame at or above `frame` outside torch and the engine."""
-    while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
-            return _format_site(frame.f_code.co_filename, frame.f_lineno)
-        frame = frame.f_back
+    for outer, line in traceback.walk_stack(frame):
+        if not _is_library(outer.f_code.co_filename):
+            return _format_site(outer.f_code.co_filename, line)
     return "?"
 
 
 def user_site_of(error: BaseException) -> str | None:
     """ "file:line" of the innermost frame outside torch and the engine in `error`'s
     traceback (where the model's code was when it raised), or None."""
-    traceback: TracebackType | None = error.__traceback__
-    site = None
-    while traceback is not None:
-        filename = traceback.tb_frame.f_code.co_filename
-        if not _is_library(filename):
-            site = _format_site(filename, traceback.tb_lineno)
-        traceback = traceback.tb_next
-    return site
+    sites = [
+        _format_site(frame.f_code.co_filename, line)
+        for frame, line in traceback.walk_tb(error.__traceback__)
+        if not _is_library(frame.f_code.co_filename)
+    ]
+    return sites[-1] if sites else None
 
 
 def op_name(func: Any) -> str:
@@ -142,6 +140,8 @@ def op_name(func: Any) -> str:
     return getattr(func, "__name__", repr(func))
 
 
+_GLOBAL_SUM_MARKS = frozenset(adapter.op for adapter in GLOBAL_SUM_ADAPTERS)
+"""Recorded wherever they are called: a spec without their adapters sums each rank's rows."""
 _HANDLING = {
     CallKind.MARKED: Handling.MARKED,
     CallKind.ADAPTED: Handling.ADAPTER,
@@ -212,7 +212,7 @@ class OpRecorder(TorchFunctionMode):
         result = func(*args, **kwargs)
         with torch._C.DisableTorchFunction():
             writes = self._node_indexed(result)
-            if writes or self._node_indexed((args, kwargs)):
+            if writes or func in _GLOBAL_SUM_MARKS or self._node_indexed((args, kwargs)):
                 returns_tensor = any(isinstance(v, torch.Tensor) for v in tree_leaves(result))
                 if returns_tensor or is_opaque(func):
                     site = site or user_site(sys._getframe(1))
