@@ -4,17 +4,19 @@ layout."""
 
 from __future__ import annotations
 
+from nvdd_plugins.distributed_model.call_rules import (
+    CallKind,
+    CallRules,
+    StaleTargets,
+    has_rows,
+    is_opaque,
+)
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
-from nvdd_plugins.distributed_model.interception import (
-    REBIND_RULE,
-    SENTINEL_RULE,
-    is_aggregation,
-    is_opaque,
-)
+from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
@@ -24,6 +26,8 @@ from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_
 __all__ = [
     "REBIND_RULE",
     "SENTINEL_RULE",
+    "CallKind",
+    "CallRules",
     "DistributedModel",
     "GivenRowsModel",
     "GraphDomain",
@@ -33,10 +37,11 @@ __all__ = [
     "NonFiniteError",
     "OneProcessEvaluator",
     "ReplicatedModel",
+    "StaleTargets",
     "SubdomainModel",
     "assemble_view",
     "build_graph_view",
     "build_halo_view",
-    "is_aggregation",
+    "has_rows",
     "is_opaque",
 ]
