@@ -103,7 +103,7 @@ class RedundantBridge:
         if self._layout is None:
             padding = int(rows.numbers[0])
             shell = ThickShell(self.n_layers)
-            self._layout = GivenRowsModel(self.model, LocalCommunicator(), padding, shell)
+            self._layout = GivenRowsModel(self.model, LocalCommunicator(), padding, shell=shell)
         return self._layout
 
     def _check_ghost_list(self, rows: LocalRows) -> None:

@@ -4,6 +4,13 @@ layout; `ChunkedEvaluator`, one system evaluated in spatial chunks one after ano
 
 from __future__ import annotations
 
+from nvdd_plugins.distributed_model.call_rules import (
+    CallKind,
+    CallRules,
+    StaleTargets,
+    has_rows,
+    is_opaque,
+)
 from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
 from nvdd_plugins.distributed_model.chunked import ChunkedEvaluator
 from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted
@@ -12,13 +19,9 @@ from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
 from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
 from nvdd_plugins.distributed_model.health import NonFiniteError
-from nvdd_plugins.distributed_model.interception import (
-    REBIND_RULE,
-    SENTINEL_RULE,
-    is_aggregation,
-    is_opaque,
-)
+from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.shells import PerLayerRefresh, Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
@@ -27,6 +30,8 @@ from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_
 __all__ = [
     "REBIND_RULE",
     "SENTINEL_RULE",
+    "CallKind",
+    "CallRules",
     "ChunkPlan",
     "ChunkedEvaluator",
     "DistributedModel",
@@ -37,15 +42,17 @@ __all__ = [
     "HaloView",
     "Leaves",
     "NonFiniteError",
+    "OneProcessEvaluator",
     "PerLayerRefresh",
     "ReplicatedModel",
     "Shell",
+    "StaleTargets",
     "SubdomainModel",
     "ThickShell",
     "Wanted",
     "assemble_view",
     "build_graph_view",
     "build_halo_view",
-    "is_aggregation",
+    "has_rows",
     "is_opaque",
 ]

@@ -10,11 +10,8 @@ the atoms that each rank makes over its own rows only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from torch.overrides import TorchFunctionMode
 
 from nvdd_plugins.distributed_model import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.errors import DistributionRuleError
@@ -68,7 +65,7 @@ def diagnose(trial: Trial, outcome: Outcome) -> Finding | None:
     if trial.agrees(outcome.deviations) and not unknown:
         return None
     return (
-        _global_sum_finding(trial, outcome.spec)
+        _global_sum_finding(trial, outcome)
         or _periodicity_finding(trial)
         or (_adapter_finding(trial, outcome.spec, unknown) if unknown else None)
         or _reduction_finding(outcome)
@@ -118,41 +115,18 @@ def _with_adapters(spec: MLIPSpec, added: tuple[OpAdapter, ...]) -> MLIPSpec:
     )
 
 
-class _MarkProbe(TorchFunctionMode):
-    """Notes whether a forward calls a global-sum mark."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen = False
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict | None = None
-    ) -> Any:
-        self.seen = self.seen or func in _GLOBAL_SUM_MARKS
-        return func(*args, **(kwargs or {}))
-
-
-_GLOBAL_SUM_MARKS = frozenset(adapter.op for adapter in GLOBAL_SUM_ADAPTERS)
-
-
-def _calls_global_sum_marks(trial: Trial) -> bool:
-    """Whether the model's single-process forward calls `owned_part` or `summed_over_ranks`."""
-    with _MarkProbe() as probe:
-        trial.single_process(trial.atoms)
-    return probe.seen
-
-
-def _global_sum_finding(trial: Trial, spec: MLIPSpec) -> Finding | None:
+def _global_sum_finding(trial: Trial, outcome: Outcome) -> Finding | None:
     """A spec without the adapters of the global-sum marks (`owned_part`,
     `summed_over_ranks`) whose numbers agree once they are added: each rank summed its own
     rows only."""
-    covered = {adapter.op for adapter in spec.distribution.custom_ops}
+    covered = {adapter.op for adapter in outcome.spec.distribution.custom_ops}
     missing = tuple(a for a in GLOBAL_SUM_ADAPTERS if a.op not in covered)
-    if not missing or not _calls_global_sum_marks(trial):
+    called = {record.target for record in outcome.log.records()}
+    if not any(adapter.op in called for adapter in missing):
         return None
-    fixed = _with_adapters(spec, missing)
-    outcome = trial.distributed(fixed)
-    if outcome.error is not None or not trial.agrees(outcome.deviations):
+    fixed = _with_adapters(outcome.spec, missing)
+    retried = trial.distributed(fixed)
+    if retried.error is not None or not trial.agrees(retried.deviations):
         return None
     names = ", ".join(adapter.op.__name__ for adapter in missing)
     return Finding(

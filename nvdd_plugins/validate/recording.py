@@ -8,17 +8,18 @@ first and passes it on unchanged.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import sysconfig
 import threading
-import weakref
+import traceback
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 import torch
@@ -28,9 +29,9 @@ from torch.utils._pytree import tree_leaves
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import is_aggregation, is_opaque
+from nvdd_plugins.distributed_model import CallKind, CallRules, StaleTargets, has_rows, is_opaque
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, OpAdapter, scattered_onto_nodes
+from nvdd_plugins.spec import GLOBAL_SUM_ADAPTERS, MLIPSpec, OpAdapter
 from nvdd_plugins.validate.reductions import reduces_over_atoms
 
 __all__ = [
@@ -113,24 +114,21 @@ def _format_site(filename: str, line: int) -> str:
 
 def user_site(frame: FrameType | None) -> str:
     """ "file:line" of the innermost frame at or above `frame` outside torch and the engine."""
-    while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
-            return _format_site(frame.f_code.co_filename, frame.f_lineno)
-        frame = frame.f_back
+    for outer, line in traceback.walk_stack(frame):
+        if not _is_library(outer.f_code.co_filename):
+            return _format_site(outer.f_code.co_filename, line)
     return "?"
 
 
 def user_site_of(error: BaseException) -> str | None:
     """ "file:line" of the innermost frame outside torch and the engine in `error`'s
     traceback (where the model's code was when it raised), or None."""
-    traceback: TracebackType | None = error.__traceback__
-    site = None
-    while traceback is not None:
-        filename = traceback.tb_frame.f_code.co_filename
-        if not _is_library(filename):
-            site = _format_site(filename, traceback.tb_lineno)
-        traceback = traceback.tb_next
-    return site
+    sites = [
+        _format_site(frame.f_code.co_filename, line)
+        for frame, line in traceback.walk_tb(error.__traceback__)
+        if not _is_library(frame.f_code.co_filename)
+    ]
+    return sites[-1] if sites else None
 
 
 def op_name(func: Any) -> str:
@@ -142,96 +140,19 @@ def op_name(func: Any) -> str:
     return getattr(func, "__name__", repr(func))
 
 
-class OpRecorder(TorchFunctionMode):
-    """Record the calls on per-atom tensors (leading size `n_rows`) of one forward.
-
-    With compile semantics (the refreshed result of an in-place aggregation is a new
-    tensor), also note the first read of such an aggregation's old, stale tensor.
-    """
-
-    def __init__(self, n_rows: int, adapters: Sequence[OpAdapter]) -> None:
-        super().__init__()
-        self.n_rows = n_rows
-        self.adapted = {a.resolved_op() for a in adapters}
-        self.adapted |= {getattr(op, "overloadpacket", op) for op in self.adapted}
-        self.counts: Counter[tuple[str, str, Handling, bool]] = Counter()
-        self.targets: dict[str, Any] = {}
-        self.stale_read: StaleRead | None = None
-        self._stale: dict[int, tuple[weakref.ref[torch.Tensor], str, str]] = {}
-
-    def _node_indexed(self, values: Any) -> bool:
-        return any(
-            isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == self.n_rows
-            for v in tree_leaves(values)
-        )
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
-        kwargs = kwargs or {}
-        site = None
-        # the bookkeeping's own tensor calls must not reach the engine's mode below this one
-        with torch._C.DisableTorchFunction():
-            if self._stale:
-                site = self._note_stale_read(func, (args, kwargs))
-        result = func(*args, **kwargs)
-        with torch._C.DisableTorchFunction():
-            writes = self._node_indexed(result)
-            if writes or self._node_indexed((args, kwargs)):
-                returns_tensor = any(isinstance(v, torch.Tensor) for v in tree_leaves(result))
-                if returns_tensor or is_opaque(func):
-                    site = site or user_site(sys._getframe(1))
-                    self._record(func, site, self._handling(func, args, kwargs), writes)
-                    self._track_in_place(func, args, result, site)
-        return result
-
-    def _handling(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Handling:
-        if func is scattered_onto_nodes:
-            return Handling.MARKED
-        if func in self.adapted:
-            return Handling.ADAPTER
-        if is_opaque(func):
-            return Handling.UNKNOWN_OPAQUE
-        if is_aggregation(func):
-            target = args[0] if args else kwargs.get("input")
-            return Handling.AGGREGATION if self._node_indexed(target) else Handling.OWNED_SUM
-        if reduces_over_atoms(func, args, kwargs, self.n_rows):
-            return Handling.ATOM_REDUCTION
-        return Handling.PER_ROW
-
-    def _record(self, func: Any, site: str, handling: Handling, writes: bool) -> None:
-        name = op_name(func)
-        self.counts[(name, site, handling, writes)] += 1
-        self.targets[name] = func
-
-    def _track_in_place(self, func: Any, args: Sequence[Any], result: Any, site: str) -> None:
-        target = args[0] if args else None
-        in_place = is_aggregation(func) and op_name(func).endswith("_")
-        if in_place and isinstance(target, torch.Tensor) and result is not target:
-            self._stale[id(target)] = (weakref.ref(target), op_name(func), site)
-
-    def _note_stale_read(self, func: Any, values: Any) -> str | None:
-        """Note the first read of a stale tensor; returns the reader's site when noted."""
-        for leaf in tree_leaves(values):
-            entry = self._stale.get(id(leaf))
-            if entry is not None and entry[0]() is leaf and self.stale_read is None:
-                site = user_site(sys._getframe(2))
-                self.stale_read = StaleRead(entry[1], entry[2], op_name(func), site)
-                return site
-        return None
-
-    def check_returned(self, outputs: Iterable[Any]) -> None:
-        """Note a stale tensor among the forward's outputs."""
-        if self._stale and self.stale_read is None:
-            for value in outputs:
-                entry = self._stale.get(id(value))
-                if entry is not None and entry[0]() is value:
-                    self.stale_read = StaleRead(entry[1], entry[2], "the forward's return", "")
-                    return
+_GLOBAL_SUM_MARKS = frozenset(adapter.op for adapter in GLOBAL_SUM_ADAPTERS)
+"""Recorded wherever they are called: a spec without their adapters sums each rank's rows."""
+_HANDLING = {
+    CallKind.MARKED: Handling.MARKED,
+    CallKind.ADAPTED: Handling.ADAPTER,
+    CallKind.OPAQUE: Handling.UNKNOWN_OPAQUE,
+    CallKind.INTO_NODES: Handling.AGGREGATION,
+    CallKind.NODE_TO_SYSTEM: Handling.OWNED_SUM,
+}
 
 
 class RecordLog:
-    """The merged records of every recorded forward (thread-safe: one recorder per rank)."""
+    """The records of every recorded forward, merged (thread-safe: one recorder per rank)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -239,12 +160,17 @@ class RecordLog:
         self._targets: dict[str, Any] = {}
         self.stale_read: StaleRead | None = None
 
-    def add(self, recorder: OpRecorder) -> None:
-        """Merge one forward's records."""
+    def add(self, func: Any, site: str, handling: Handling, writes: bool) -> None:
+        """Count one call of `func` at `site`."""
+        name = op_name(func)
         with self._lock:
-            self._counts.update(recorder.counts)
-            self._targets.update(recorder.targets)
-            self.stale_read = self.stale_read or recorder.stale_read
+            self._counts[(name, site, handling, writes)] += 1
+            self._targets[name] = func
+
+    def note_stale_read(self, read: StaleRead) -> None:
+        """Keep the first stale read seen."""
+        with self._lock:
+            self.stale_read = self.stale_read or read
 
     def records(self) -> tuple[OpRecord, ...]:
         """Every (op, site, handling), in order of first call."""
@@ -253,6 +179,60 @@ class RecordLog:
                 OpRecord(op, site, handling, writes, calls, self._targets.get(op))
                 for (op, site, handling, writes), calls in self._counts.items()
             )
+
+
+class OpRecorder(TorchFunctionMode):
+    """Record into `log` the calls on per-atom tensors (leading size `n_rows`) of one
+    forward, each with the handling the interception's rules (`CallRules`) give it.
+
+    With compile semantics (the refreshed result of an in-place aggregation is a new
+    tensor), also note the first read of such an aggregation's old, stale tensor.
+    """
+
+    def __init__(self, n_rows: int, adapters: Sequence[OpAdapter], log: RecordLog) -> None:
+        super().__init__()
+        self.n_rows, self.log = n_rows, log
+        self.rules = CallRules(functools.partial(has_rows, n_rows=n_rows), adapters)
+        self._stale = StaleTargets()
+
+    def _node_indexed(self, values: Any) -> bool:
+        return any(has_rows(v, self.n_rows) for v in tree_leaves(values))
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        site = None
+        # the bookkeeping's own tensor calls must not reach the engine's mode below this one
+        with torch._C.DisableTorchFunction():
+            stale = self._stale.find((args, kwargs)) if self._stale else None
+            if stale is not None:
+                site = user_site(sys._getframe(1))
+                self.log.note_stale_read(StaleRead(*stale, op_name(func), site))
+        result = func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            writes = self._node_indexed(result)
+            if writes or func in _GLOBAL_SUM_MARKS or self._node_indexed((args, kwargs)):
+                returns_tensor = any(isinstance(v, torch.Tensor) for v in tree_leaves(result))
+                if returns_tensor or is_opaque(func):
+                    site = site or user_site(sys._getframe(1))
+                    self.log.add(func, site, self._handling(func, args, kwargs), writes)
+                    self._stale.track(func, args, result, (op_name(func), site))
+        return result
+
+    def _handling(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Handling:
+        handling = _HANDLING.get(self.rules.classify(func, args, kwargs))
+        if handling is not None:
+            return handling
+        if reduces_over_atoms(func, args, kwargs, self.n_rows):
+            return Handling.ATOM_REDUCTION
+        return Handling.PER_ROW
+
+    def check_returned(self, outputs: Iterable[Any]) -> None:
+        """Note a stale tensor among the forward's outputs."""
+        stale = self._stale.find(list(outputs)) if self._stale else None
+        if stale is not None:
+            self.log.note_stale_read(StaleRead(*stale, "the forward's return", ""))
 
 
 class RecordedModel(nn.Module, BaseModelMixin):
@@ -268,14 +248,11 @@ class RecordedModel(nn.Module, BaseModelMixin):
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's forward, recorded."""
-        recorder = OpRecorder(batch.num_nodes, self.spec.distribution.custom_ops)
-        try:
-            with recorder:
-                out = self.model(batch)
-            recorder.check_returned(out.values())
-            return out
-        finally:
-            self.log.add(recorder)
+        recorder = OpRecorder(batch.num_nodes, self.spec.distribution.custom_ops, self.log)
+        with recorder:
+            out = self.model(batch)
+        recorder.check_returned(out.values())
+        return out
 
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec:
         """The spec under validation."""

@@ -12,33 +12,11 @@ import torch
 
 __all__ = ["reduces_over_atoms"]
 
-# name -> position of the `dim` argument
-_DIM_POSITION = {
-    **dict.fromkeys(
-        (
-            "sum",
-            "nansum",
-            "mean",
-            "nanmean",
-            "prod",
-            "amax",
-            "amin",
-            "max",
-            "min",
-            "logsumexp",
-            "std",
-            "var",
-            "median",
-            "nanmedian",
-            "cumsum",
-            "cumprod",
-            "softmax",
-            "log_softmax",
-        ),
-        1,
-    ),
-    "norm": 2,  # norm(input, p, dim)
-}
+_DIM_SECOND = (
+    "sum nansum mean nanmean prod amax amin max min logsumexp std var median nanmedian cumsum "
+    "cumprod softmax log_softmax"
+)
+_DIM_POSITION = {**dict.fromkeys(_DIM_SECOND.split(), 1), "norm": 2}  # norm(input, p, dim)
 _REDUCTIONS: dict[Any, int] = {
     getattr(owner, name): position
     for name, position in _DIM_POSITION.items()

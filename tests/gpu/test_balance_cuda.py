@@ -9,6 +9,7 @@ import torch
 from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.dynamics import NVE
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import drifting_cluster, mpnn_model
 
 pytestmark = [
@@ -22,7 +23,7 @@ STEPS, DT_FS, SKIN = 30, 4.0, 0.5
 def test_time_weighted_balance_on_cuda_stays_on_the_single_process_trajectory() -> None:
     model = mpnn_model().to("cuda")
     reference = drifting_cluster().to("cuda")
-    dynamics = NVE(model, DT_FS, skin=SKIN)
+    dynamics = on_the_oracle(NVE(model, DT_FS, skin=SKIN))
     for _ in range(STEPS):
         dynamics.step(reference)
 

@@ -13,6 +13,7 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.decomposition import imbalance
 from nvdd_plugins.dynamics import NVE
 from tests.helpers.multiprocess import run_gloo
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import drifting_cluster, lj_model
 
 pytestmark = pytest.mark.multiprocess
@@ -44,7 +45,7 @@ def _both(comm: Communicator) -> dict[str, tuple[torch.Tensor, int, float]]:
 
 def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> None:
     reference = drifting_cluster(DRIFT)
-    dynamics = NVE(lj_model(), DT_FS, skin=SKIN)
+    dynamics = on_the_oracle(NVE(lj_model(), DT_FS, skin=SKIN))
     for _ in range(STEPS):
         dynamics.step(reference)
     for rank_results in run_gloo(3, _both, timeout=240):

@@ -27,7 +27,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
 from tests.helpers import oracle
 from tests.helpers.multiprocess import run_gloo
-from tests.helpers.oracle import properties_for, reference, replicated
+from tests.helpers.oracle import on_the_oracle, properties_for, reference, replicated
 from tests.torture.cases import Case
 from tests.torture.zoo import (
     MACE_SPECIES,
@@ -220,7 +220,7 @@ def _integrator(case: Case, model: Any) -> NVE | NVTLangevin:
 
 
 def _reference_trajectory(case: Case, model: Any, atoms: Atoms, steps: int) -> torch.Tensor:
-    dynamics, batch = _integrator(case, model), Batch.from_atoms(atoms)
+    dynamics, batch = on_the_oracle(_integrator(case, model)), Batch.from_atoms(atoms)
     frames = []
     for _ in range(steps):
         dynamics.step(batch)
