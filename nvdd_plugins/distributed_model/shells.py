@@ -47,6 +47,7 @@ def shell_for(model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig) -> Sh
     error when the model cannot be evaluated without exchange during its forward."""
     if config.chunk_atoms is None:
         return PerLayerRefresh()
+    refuse_global_sums(model, spec, "chunk_atoms")
     n_layers = max(spec.n_layers or 0, config.halo_layers or 0)
     if not n_layers:
         raise ValueError(
@@ -54,7 +55,6 @@ def shell_for(model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig) -> Sh
             "model's message-passing layers x cutoff; its spec does not declare its layers "
             "(MLIPSpec.n_layers): give DomainConfig(halo_layers=...)"
         )
-    refuse_global_sums(model, spec, "chunk_atoms")
     return ThickShell(n_layers, config.chunk_atoms)
 
 
