@@ -71,9 +71,22 @@ class SubdomainModel(nn.Module):
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
         return status == REBUILD
 
-    def _rebuild(self, owned: Batch) -> None:
-        self.domain.build(owned)
+    def rebuild(self, owned: Batch) -> HaloView:
+        """Build the view of `owned` (this rank's atoms at their current positions) and have
+        the engine re-decide what it may skip for that view (collective). Every rebuild,
+        a restored checkpoint's included, comes through here."""
+        view = self.domain.build(owned)
         self.engine.rebuilt(owned.cell[0], owned.pbc[0])
+        return view
+
+    def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """Owning rank of each position of the full system for the current cell."""
+        return self.domain.owners(positions, cell)
+
+    @property
+    def rebuilds(self) -> int:
+        """Views built so far."""
+        return self.domain.rebuilds
 
     def evaluate_view(
         self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
@@ -135,7 +148,7 @@ class DistributedModel(SubdomainModel):
             raise ValueError("owned batches need global_ids (DomainParallel.partition adds them)")
         if self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids):
             self.domain.migrate(owned)
-            self._rebuild(owned)
+            self.rebuild(owned)
 
     def check_finite(self, owned: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
