@@ -7,7 +7,7 @@ from __future__ import annotations
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
-from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import (
     REBIND_RULE,
@@ -18,7 +18,7 @@ from nvdd_plugins.distributed_model.interception import (
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_view
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
     "REBIND_RULE",
@@ -30,11 +30,11 @@ __all__ = [
     "HaloEngine",
     "HaloView",
     "NonFiniteError",
+    "Padding",
     "ReplicatedModel",
     "SubdomainModel",
-    "assemble_view",
-    "build_graph_view",
-    "build_halo_view",
+    "ViewRows",
     "is_aggregation",
     "is_opaque",
+    "padded_view",
 ]

@@ -15,7 +15,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import assemble_view
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState
 from nvdd_plugins.models import BaseModelMixin
 
@@ -53,20 +53,14 @@ class GivenRowsModel:
         `positions`, atomic `numbers` and global `ids`) and their `pairs` (2, E) of local row
         indices. Collective: the halo plan is rebuilt on every rank when any rank's row
         layout changed, since an owner's new row order invalidates its peers' plans too."""
-        rows = positions.shape[0]
-        return assemble_view(
-            self._plan_for(n_owned, ids),
-            positions,
-            torch.zeros(rows, 3, dtype=torch.long, device=positions.device),
-            numbers,
-            ids,
-            pairs,
-            torch.zeros(pairs.shape[1], 3, dtype=torch.long, device=pairs.device),
+        rows = ViewRows(self._plan_for(n_owned, ids), positions, numbers, ids, pairs)
+        padding = Padding(
             self.padding_species,
+            self.engine.config.cutoff,
             self.verlet.rows.fit,
             self.verlet.pairs.fit,
-            self.engine.config.cutoff,
         )
+        return padded_view(rows, padding)
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:
         layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
