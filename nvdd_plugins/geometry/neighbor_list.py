@@ -97,20 +97,25 @@ def _chunk_bounds(count_per_query: torch.Tensor, max_candidates: int) -> list[tu
     return [(q0, q1, t1 - t0) for (q0, t0), (q1, t1) in itertools.pairwise(cuts) if t1 > t0]
 
 
+@dataclass(frozen=True)
+class _PairSearch:
+    """One neighbour search (the fields of `native.PairSearch`)."""
+
+    positions: torch.Tensor
+    cell: torch.Tensor | None
+    image: torch.Tensor
+    grid: BinGrid
+    reach: float
+    cutoff: float
+    touching: int
+
+
 def _chunk_edges(
-    positions: torch.Tensor,
-    cell: torch.Tensor | None,
-    image: torch.Tensor,
-    grid: BinGrid,
-    q0: int,
-    q1: int,
-    n_candidates: int,
-    reach: float,
-    cutoff: float,
-    touching: int,
+    search: _PairSearch, q0: int, q1: int, n_candidates: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(edge_index, unit_shifts, shifts)`` of the queries ``q0 <= i < q1`` with ``i`` or
-    ``j`` below ``touching``, in list order."""
+    ``j`` below ``search.touching``, in list order."""
+    positions, cell, grid, reach = search.positions, search.cell, search.grid, search.reach
     device = positions.device
     columns = grid.start.shape[1]
     counts = grid.count[q0:q1].reshape(-1)
@@ -127,15 +132,16 @@ def _chunk_edges(
     point = point.index_select(0, near)
     i = (slot.index_select(0, near) // columns + q0).long()
     j = grid.sorted_atom.index_select(0, point)
-    unit = grid.sorted_unit.index_select(0, point) + image.index_select(0, i)
+    unit = grid.sorted_unit.index_select(0, point) + search.image.index_select(0, i)
     if cell is None:
         shift = torch.zeros(unit.shape, dtype=positions.dtype, device=device)
     else:
         shift = rows_times_3x3(unit, cell)
     vectors = positions.index_select(0, j) - positions.index_select(0, i) + shift
-    keep = (torch.linalg.vector_norm(vectors, dim=1) < cutoff) & (
+    keep = (torch.linalg.vector_norm(vectors, dim=1) < search.cutoff) & (
         point != grid.own_slot.index_select(0, i)
     )
+    touching = search.touching
     if touching < positions.shape[0]:
         keep &= (i < touching) | (j < touching)
     keep = keep.nonzero().squeeze(1)
@@ -218,29 +224,14 @@ def build_neighbor_list(
     ext = with_periodic_images(positions, full_cell, periodic, widths, reach)
     grid = build_bin_grid(ext, _BINS_PER_CUTOFF, reach)
     lattice = cell if full_cell is not None else None
-    native = neighbor_pairs_native(
-        grid.start,
-        grid.count,
-        grid.sorted_pos,
-        grid.query_pos,
-        grid.sorted_atom,
-        grid.sorted_unit,
-        grid.own_slot,
-        ext.image,
-        positions,
-        lattice,
-        reach,
-        cutoff,
-        touching,
-    )
+    search = _PairSearch(positions, lattice, ext.image, grid, reach, cutoff, touching)
+    native = neighbor_pairs_native(search)
     if native is not None:
         return NeighborList(*native)
     if max_candidates is None:
         max_candidates = _default_max_candidates(device)
     chunks = [
-        _chunk_edges(
-            positions, lattice, ext.image, grid, q0, q1, n_candidates, reach, cutoff, touching
-        )
+        _chunk_edges(search, q0, q1, n_candidates)
         for q0, q1, n_candidates in _chunk_bounds(grid.count.sum(dim=1), max_candidates)
     ]
     if not chunks:
