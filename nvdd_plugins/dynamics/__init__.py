@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
-from nvdd_plugins.dynamics.fire import FIRE
+from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
-from nvdd_plugins.dynamics.mtk import NPH, NPT
+from nvdd_plugins.dynamics.mtk import NPH, NPT, MTKParameters
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
 from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
@@ -27,9 +27,11 @@ __all__ = [
     "BaseDynamics",
     "DynamicsStage",
     "Evaluator",
+    "FIRESettings",
     "Hook",
     "HookContext",
     "HookFunction",
+    "MTKParameters",
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",
