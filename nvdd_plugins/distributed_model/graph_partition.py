@@ -145,4 +145,4 @@ def build_graph_view(comm: Communicator, owned: Batch, width: float) -> HaloView
         pair_units=units,
         wrapped_axes=pbc,
     )
-    return padded_view(local, Padding(species, width))
+    return padded_view(local, Padding(species, width, extra_rows=False))

@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from nvdd_plugins.comm import Communicator, resolve_communicator
-from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.health import (
     NON_FINITE,
     REBUILD,
@@ -22,13 +24,18 @@ from nvdd_plugins.distributed_model.health import (
     non_finite_report,
     rebuild_status,
 )
-from nvdd_plugins.distributed_model.layouts import make_domain
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["DistributedModel", "SubdomainModel"]
 
 _DEFAULT_PROPERTIES = ("energy", "forces")
+
+# the decomposition state each strategy keeps: ownership, ghosts, rebuilds, the current view
+_DOMAINS: dict[StrategyKind, type[HaloDomain] | type[GraphDomain]] = {
+    StrategyKind.HALO: HaloDomain,
+    StrategyKind.GRAPH_PARTITION: GraphDomain,
+}
 
 
 class SubdomainModel(nn.Module):
@@ -49,7 +56,7 @@ class SubdomainModel(nn.Module):
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = make_domain(self.comm, self.config)
+        self.domain = _DOMAINS[self.config.strategy](self.comm, self.config)
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)

@@ -59,6 +59,10 @@ class Padding:
             E pairs (default: exact).
         far_pairs: empty edge slots hold a pair of padding rows farther apart than
             `spacing` (compiled runs: no data-dependent filtering) instead of the sentinel.
+        extra_rows: padding rows may be added to keep the row count off the slot count and
+            off 1; without (graph partition: a model that builds its own graph by minimum
+            image must find no row that is not an atom) a sentinel slot is added instead,
+            and only a rank owning nothing gets rows, two.
     """
 
     species: int
@@ -66,6 +70,7 @@ class Padding:
     node_capacity: Callable[[int], int] = _exact
     edge_capacity: Callable[[int], int] = _exact
     far_pairs: bool = False
+    extra_rows: bool = True
 
 
 def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
@@ -74,15 +79,20 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     Padding rows get `padding.species`, id -1 and far-apart positions. Empty edge slots hold
     the sentinel `n_rows`, or a far pair (`Padding.far_pairs`), which a cutoff-safe model
     weighs exactly zero. The row count is bumped until it differs from the slot count and
-    from 1, so that no per-edge or per-system tensor looks node-indexed.
+    from 1 (see `Padding.extra_rows`), so that no per-edge or per-system tensor looks
+    node-indexed.
     """
     positions, pairs = rows.positions, rows.pairs
     device = positions.device
     n_local, n_pairs = rows.plan.n_local, pairs.shape[1]
     slots = padding.edge_capacity(n_pairs)
     n_rows = padding.node_capacity(n_local + 2 if padding.far_pairs else n_local)
-    while n_rows in (slots, 1):
-        n_rows += 1
+    if padding.extra_rows:
+        while n_rows in (slots, 1):
+            n_rows += 1
+    else:
+        n_rows = n_rows or 2
+        slots += slots == n_rows
     n_pad = n_rows - n_local
 
     def padded(values: torch.Tensor | None, width: int, fill: int, count: int) -> torch.Tensor:
