@@ -214,12 +214,9 @@ class HaloDomain:
         positions = owned.positions.detach()
         cell = owned.cell[0].detach()
         partitioner = self._follow_cell(cell, positions.device)
+        capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
         padding = Padding(
-            self.padding_species,
-            partitioner.halo_width,
-            self.verlet.rows.fit,
-            self.verlet.pairs.fit,
-            far_pairs=self.config.compile,
+            self.padding_species, partitioner.halo_width, *capacities, self.config.compile
         )
         listing = self.config.chunk_atoms is None
         view = build_halo_view(self.comm, partitioner, owned, padding, list_pairs=listing)

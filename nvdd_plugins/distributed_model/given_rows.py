@@ -54,12 +54,8 @@ class GivenRowsModel:
         indices. Collective: the halo plan is rebuilt on every rank when any rank's row
         layout changed, since an owner's new row order invalidates its peers' plans too."""
         rows = ViewRows(self._plan_for(n_owned, ids), positions, numbers, ids, pairs)
-        padding = Padding(
-            self.padding_species,
-            self.engine.config.cutoff,
-            self.verlet.rows.fit,
-            self.verlet.pairs.fit,
-        )
+        capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
+        padding = Padding(self.padding_species, self.engine.config.cutoff, *capacities)
         return padded_view(rows, padding)
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:

@@ -13,6 +13,7 @@ ghost rows are summed back into them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -136,13 +137,6 @@ def build_graph_view(comm: Communicator, owned: Batch, width: float) -> HaloView
     local_row[ghosts] = torch.arange(n_owned, n_owned + ghosts.numel(), device=device)
     rows = torch.cat([torch.arange(start, start + n_owned, device=device), ghosts])
     species = int(numbers.min()) if numbers.numel() else 1
-    local = ViewRows(
-        plan,
-        positions[rows],
-        numbers[rows],
-        ids[rows],
-        local_row[pairs],
-        pair_units=units,
-        wrapped_axes=pbc,
-    )
+    local = ViewRows(plan, positions[rows], numbers[rows], ids[rows], local_row[pairs])
+    local = dataclasses.replace(local, pair_units=units, wrapped_axes=pbc)
     return padded_view(local, Padding(species, width, extra_rows=False))

@@ -31,12 +31,6 @@ __all__ = ["DistributedModel", "SubdomainModel"]
 
 _DEFAULT_PROPERTIES = ("energy", "forces")
 
-# the decomposition state each strategy keeps: ownership, ghosts, rebuilds, the current view
-_DOMAINS: dict[StrategyKind, type[HaloDomain] | type[GraphDomain]] = {
-    StrategyKind.HALO: HaloDomain,
-    StrategyKind.GRAPH_PARTITION: GraphDomain,
-}
-
 
 class SubdomainModel(nn.Module):
     """What every layout of a model over sub-domains shares: this rank's communicator, the
@@ -56,7 +50,8 @@ class SubdomainModel(nn.Module):
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = _DOMAINS[self.config.strategy](self.comm, self.config)
+        graph = self.config.strategy is StrategyKind.GRAPH_PARTITION
+        self.domain = (GraphDomain if graph else HaloDomain)(self.comm, self.config)
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)

@@ -103,18 +103,14 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
         return torch.cat([values, values.new_full((count - values.shape[0], *shape[1:]), fill)])
 
     edge_units = padded(rows.pair_units, 3, 0, slots)
-    if slots == n_pairs:  # no empty slots: the pairs as they are
-        edge_index = pairs.long()
-    else:
-        edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-        if padding.far_pairs:
-            edge_index[0], edge_index[1] = n_local, n_local + 1
-        edge_index[:, :n_pairs] = pairs
+    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    if padding.far_pairs:
+        edge_index[0], edge_index[1] = n_local, n_local + 1
+    edge_index[:, :n_pairs] = pairs
     built_shifts = rows.built_shifts
     if built_shifts is not None:
         cell, pair_shifts = built_shifts
-        if slots > n_pairs:
-            pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - n_pairs, 3)])
+        pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - n_pairs, 3)])
         built_shifts = (cell.detach().clone(), pair_shifts)
     spacing = padding.spacing
     reach = positions.abs().max() if n_local else positions.new_zeros(())

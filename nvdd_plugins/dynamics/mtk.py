@@ -81,17 +81,13 @@ class NPT(KineticDynamics):
         skin: float = 0.0,
     ) -> None:
         super().__init__(model, dt, hooks, skin, kinetic_tensor=anisotropic)
-        tdamp, pdamp, tchain, pchain = mtk.tdamp, mtk.pdamp, mtk.tchain, mtk.pchain
-        tloop, ploop = mtk.tloop, mtk.ploop
-        if temperature < 0 or not pdamp > 0 or (self.thermostatted and not tdamp > 0):
+        if temperature < 0 or not mtk.pdamp > 0 or (self.thermostatted and not mtk.tdamp > 0):
             raise ValueError("need temperature >= 0 K and tdamp, pdamp > 0 fs")
-        if min(tchain, pchain, tloop, ploop) < 1:
+        if min(mtk.tchain, mtk.pchain, mtk.tloop, mtk.ploop) < 1:
             raise ValueError("chain lengths and loops must be >= 1")
         self.temperature = float(temperature)
         self.pressure = float(pressure)
-        self.tdamp, self.pdamp = float(tdamp), float(pdamp)
-        self.tchain, self.pchain = int(tchain), int(pchain)
-        self.tloop, self.ploop = int(tloop), int(ploop)
+        self.mtk = mtk
         self.anisotropic = bool(anisotropic)
         self.barostat: CellBarostat | None = None
         self.thermostat: NoseHooverChain | None = None
@@ -108,17 +104,18 @@ class NPT(KineticDynamics):
         the global atom count)."""
         if self.barostat is None:
             kt = ase.units.kB * self.temperature
-            pdamp = self.pdamp * ase.units.fs
+            mtk = self.mtk
+            pdamp = mtk.pdamp * ase.units.fs
             kind = FlexibleCell if self.anisotropic else IsotropicCell
             self.barostat = kind(cell, atoms, kt, pdamp, self.pressure)
             if self.thermostatted:
-                tdamp = self.tdamp * ase.units.fs
+                tdamp = mtk.tdamp * ase.units.fs
                 dof = 3.0 * atoms
                 self.thermostat = NoseHooverChain.with_damping(
-                    dof, kt, tdamp, self.tchain, dof, self.tloop
+                    dof, kt, tdamp, mtk.tchain, dof, mtk.tloop
                 )
                 self.barostat_chain = barostat_chain(
-                    self.barostat, kt, pdamp, self.pchain, self.ploop
+                    self.barostat, kt, pdamp, mtk.pchain, mtk.ploop
                 )
         return self.barostat
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.native import neighbor_pairs_native
+from nvdd_plugins.native import PairSearch, neighbor_pairs_native
 
 from .cell import PbcLike, _as_pbc, complete_cell, perpendicular_widths, rows_times_3x3
-from .cell_grid import BinGrid, build_bin_grid, with_periodic_images
+from .cell_grid import build_bin_grid, with_periodic_images
 
 __all__ = ["NeighborList", "build_neighbor_list"]
 
@@ -97,21 +97,8 @@ def _chunk_bounds(count_per_query: torch.Tensor, max_candidates: int) -> list[tu
     return [(q0, q1, t1 - t0) for (q0, t0), (q1, t1) in itertools.pairwise(cuts) if t1 > t0]
 
 
-@dataclass(frozen=True)
-class _PairSearch:
-    """One neighbour search (the fields of `native.PairSearch`)."""
-
-    positions: torch.Tensor
-    cell: torch.Tensor | None
-    image: torch.Tensor
-    grid: BinGrid
-    reach: float
-    cutoff: float
-    touching: int
-
-
 def _chunk_edges(
-    search: _PairSearch, q0: int, q1: int, n_candidates: int
+    search: PairSearch, q0: int, q1: int, n_candidates: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(edge_index, unit_shifts, shifts)`` of the queries ``q0 <= i < q1`` with ``i`` or
     ``j`` below ``search.touching``, in list order."""
@@ -224,7 +211,7 @@ def build_neighbor_list(
     ext = with_periodic_images(positions, full_cell, periodic, widths, reach)
     grid = build_bin_grid(ext, _BINS_PER_CUTOFF, reach)
     lattice = cell if full_cell is not None else None
-    search = _PairSearch(positions, lattice, ext.image, grid, reach, cutoff, touching)
+    search = PairSearch(positions, lattice, ext.image, grid, reach, cutoff, touching)
     native = neighbor_pairs_native(search)
     if native is not None:
         return NeighborList(*native)

@@ -5,7 +5,8 @@ their torch code."""
 from __future__ import annotations
 
 import ctypes
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -86,28 +87,17 @@ def bin_grid_native(
     return order, own_slot, start, count
 
 
-class BinGridArrays(Protocol):
-    """The arrays of `geometry`'s bin grid the pair search reads."""
-
-    start: torch.Tensor
-    count: torch.Tensor
-    sorted_pos: torch.Tensor
-    query_pos: torch.Tensor
-    sorted_atom: torch.Tensor
-    sorted_unit: torch.Tensor
-    own_slot: torch.Tensor
-
-
-class PairSearch(Protocol):
+@dataclass(frozen=True)
+class PairSearch:
     """One neighbour search as `geometry.neighbor_list` sets it up: the atoms' `positions`,
-    the `cell` (None without periodic axes), each extended point's lattice `image`, the bin
-    `grid`, the candidate `reach` and the `cutoff` (Å), and `touching` (pairs with an end
-    below it are kept)."""
+    the `cell` (None without periodic axes), each extended point's lattice `image`, the
+    `grid` (geometry's `BinGrid`), the candidate `reach` and the `cutoff` (Å), and
+    `touching` (pairs with an end below it are kept)."""
 
     positions: torch.Tensor
     cell: torch.Tensor | None
     image: torch.Tensor
-    grid: BinGridArrays
+    grid: Any
     reach: float
     cutoff: float
     touching: int

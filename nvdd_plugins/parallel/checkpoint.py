@@ -182,10 +182,8 @@ def restore_domain_checkpoint(
     if not same_layout:  # another rank count or grid: cuts balanced afresh
         domain.balance_from_root(where)
     if comm.rank == 0:
-        if same_layout:
-            owner = content["decomposition"]["owner"]
-        else:
-            owner = model.owners(where, cell).cpu()
+        saved = content["decomposition"]["owner"]
+        owner = saved if same_layout else model.owners(where, cell).cpu()
     received = {
         name: value.to(target)
         for name, value in comm.scatter_rows(per_atom, owner, meta["schema"]).items()
