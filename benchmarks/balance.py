@@ -17,7 +17,9 @@ last one), "auto" re-balances when max / mean exceeds the threshold (1.05); owne
 only there. Printed: max / mean with the regular grid and with "auto" after partition, the
 largest with "auto" over the run, and the regular grid's at the end.
 
-Timing: `--timing-ranks` gloo processes run the slab (`--timing-side`, `--timing-model`),
+Timing: `--timing-ranks` gloo processes run the slab (`--timing-side`, `--timing-model`:
+Lennard-Jones, the tests' SimpleMPNN, the same MPNN declaring `edge_target_row=0` so that
+ranks drop the edges into their ghost rows, or a tiny e3nn MACE, which needs mace-torch),
 `balance="off"` and "auto" built side by side in each rank and stepped in alternation
 (blocks of `--timing-steps` steps), medians of `--rounds` blocks. Every rank waits for the
 slowest, so a step takes as long as the busiest rank. The gloo numbers need one free core
@@ -27,22 +29,19 @@ per rank; on a loaded machine they are noisy (the load average is printed with t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 
-import numpy as np
 import torch
 import torch.multiprocessing as mp
-from ase import Atoms
-from ase.build import bulk, fcc100, fcc111
-from ase.cluster import Octahedron
-from ase.md.velocitydistribution import thermalize_momenta
+from balance_systems import SYSTEMS, slab
 from common import write_json
 
 from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel
+from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.decomposition import (
     DecompositionFrame,
     SpatialPartitioner,
@@ -52,89 +51,41 @@ from nvdd_plugins.decomposition import (
     rebalanced,
 )
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN, random_mace
+from nvdd_plugins.spec import MLIPSpec
 
 EPSILON, SIGMA, CUTOFF, SKIN, DT_FS = 0.167, 2.315, 5.5, 0.5, 2.0
 THRESHOLD = DomainConfig(cutoff=CUTOFF).balance_threshold
 RANKS = (4, 8, 16)
 
 
-def _model(name: str = "lj") -> LennardJonesModel | SimpleMPNN:
+class OwnedEdgesMPNN(SimpleMPNN):
+    """`SimpleMPNN` declaring what MACE's, NequIP's and SevenNet's specs declare: every
+    aggregation writes onto row 0 of `edge_index` (its receivers), so a rank drops the edges
+    into its ghost rows (their features come from the per-layer exchange). The runner
+    checks the claim on the first forward against one on every edge."""
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        """`SimpleMPNN`'s spec with `edge_target_row=0`."""
+        spec = super().distribution_spec(strategy)
+        if spec is None:
+            return None
+        distribution = dataclasses.replace(spec.distribution, edge_target_row=0)
+        return dataclasses.replace(spec, distribution=distribution)
+
+
+TIMING_MODELS = ("lj", "mpnn", "mpnn-owned-edges", "mace")
+
+
+def _model(name: str = "lj") -> torch.nn.Module:
+    """The count replay's Lennard-Jones, or a timing model of `TIMING_MODELS`."""
     if name == "mpnn":  # the tests' tiny 3-layer MPNN (random weights)
         return SimpleMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
+    if name == "mpnn-owned-edges":
+        return OwnedEdgesMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
+    if name == "mace":  # tiny e3nn MACE: 2 interactions, 8x0e+8x1o, max_ell 2 (random weights)
+        return MACEWrapper(random_mace([29], r_max=CUTOFF, avg_num_neighbors=40.0))
     return LennardJonesModel(epsilon=EPSILON, sigma=SIGMA, cutoff=CUTOFF, shift=True)
-
-
-def _thermal(atoms: Atoms, kelvin: float, seed: int) -> Atoms:
-    rng = np.random.default_rng(seed)
-    atoms.positions += rng.normal(scale=0.05, size=atoms.positions.shape)
-    thermalize_momenta(atoms, temperature_K=kelvin, rng=rng)
-    return atoms
-
-
-def slab(side: int = 12) -> Atoms:
-    """Cu(111), side x side x 8 layers, 30 Å of vacuum above it, periodic."""
-    atoms = fcc111("Cu", size=(side, side, 8), vacuum=15.0, periodic=True)
-    atoms.positions[:, 2] -= atoms.positions[:, 2].min() - 1.0
-    return _thermal(atoms, 300, 1)
-
-
-def particle() -> Atoms:
-    """A Cu sphere (radius 16 Å) off-centre in a periodic 50 Å box."""
-    crystal = bulk("Cu", "fcc", a=3.61, cubic=True) * (10, 10, 10)
-    centre = crystal.cell.diagonal() / 2
-    keep = np.linalg.norm(crystal.positions - centre, axis=1) < 16.0
-    atoms = Atoms("Cu" * int(keep.sum()), crystal.positions[keep] - centre + 17.0)
-    atoms.set_cell([50.0, 50.0, 50.0])
-    atoms.pbc = True
-    return _thermal(atoms, 300, 2)
-
-
-def liquid_vapour() -> Atoms:
-    """A periodic 29 x 29 x 87 Å box: the middle third dense at 1500 K, the rest vapour at
-    1/20 of its density (random lattice sites)."""
-    crystal = bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 24)
-    z = crystal.positions[:, 2] / crystal.cell[2, 2]
-    rng = np.random.default_rng(3)
-    keep = ((z > 1 / 3) & (z < 2 / 3)) | (rng.random(len(crystal)) < 0.05)
-    return _thermal(crystal[keep], 1500, 3)
-
-
-def octahedron() -> Atoms:
-    """A Cu octahedron (1469 atoms), open boundaries, no cell."""
-    atoms = Octahedron("Cu", length=13, latticeconstant=3.61)
-    atoms.set_cell(np.zeros((3, 3)))
-    atoms.pbc = False
-    return _thermal(atoms, 300, 4)
-
-
-def droplet() -> Atoms:
-    """A hemispherical Cu droplet (radius 13 Å) on a 4-layer Cu(100) surface, its atoms
-    moving outward along the surface at up to 0.03 Å/fs (it spreads during the run)."""
-    surface = fcc100("Cu", size=(16, 16, 4), vacuum=20.0, periodic=True)
-    crystal = bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 4)
-    centre = np.array([*(crystal.cell.diagonal()[:2] / 2), 0.0])
-    offset = crystal.positions - centre
-    keep = np.linalg.norm(offset, axis=1) < 13.0
-    top = surface.positions[:, 2].max() + 1.8
-    lateral = surface.cell.diagonal()[:2] / 2
-    place = offset[keep] + np.array([*lateral, top])
-    atoms = _thermal(surface + Atoms("Cu" * int(keep.sum()), place), 300, 5)
-    radial = place - np.array([*lateral, top])
-    radial[:, 2] = 0.0
-    velocities = atoms.get_velocities()  # ASE units: 1 Å/fs = 10.1805
-    velocities[len(surface) :] += 0.03 * 10.1805 * radial / 13.0
-    atoms.set_velocities(velocities)
-    return atoms
-
-
-SYSTEMS: dict[str, Callable[[], Atoms]] = {
-    "slab": slab,
-    "particle": particle,
-    "liquid_vapour": liquid_vapour,
-    "octahedron": octahedron,
-    "droplet": droplet,
-}
 
 
 class Replay:
@@ -151,7 +102,8 @@ class Replay:
 
     def rebuild(self, positions: torch.Tensor) -> None:
         """The "auto" decision at a neighbour-list rebuild (one process: no reduction)."""
-        cuts = rebalanced(self.balanced, positions, THRESHOLD, in_one_process)
+        counts = owned_counts(self.balanced, positions, in_one_process)
+        cuts = rebalanced(self.balanced, positions, counts, THRESHOLD, in_one_process)
         if cuts is not None:
             frame, size = self.balanced.frame, self.balanced.world_size
             self.balanced = SpatialPartitioner(frame, size, None, CUTOFF + SKIN, cuts)
@@ -210,7 +162,10 @@ def _timed(comm, args: argparse.Namespace) -> dict[str, float]:
             comm.barrier()
             times[mode].append((time.perf_counter() - start) / steps)
     owned = {mode: dd.batch.num_nodes for mode, dd in runs.items()}
-    return {**{m: statistics.median(t) for m, t in times.items()}, "owned": owned}
+    rows = {mode: dd.model.domain.view.n_rows for mode, dd in runs.items()}
+    grid = {mode: dd.model.domain.partitioner.grid for mode, dd in runs.items()}
+    medians = {m: statistics.median(t) for m, t in times.items()}
+    return {**medians, "owned": owned, "rows": rows, "grid": grid}
 
 
 def _spawned(rank: int, size: int, port: int, args: argparse.Namespace, out: str) -> None:
@@ -238,6 +193,8 @@ def timing(args: argparse.Namespace) -> dict:
         )
         reports = [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(args.timing_ranks)]
     owned = {mode: [r["owned"][mode] for r in reports] for mode in ("off", "auto")}
+    rows = {mode: [r["rows"][mode] for r in reports] for mode in ("off", "auto")}
+    grid = reports[0]["grid"]
     off, auto = reports[0]["off"], reports[0]["auto"]
     return {
         "ranks": args.timing_ranks,
@@ -246,6 +203,8 @@ def timing(args: argparse.Namespace) -> dict:
         "seconds_per_step": {"off": off, "auto": auto},
         "speedup": off / auto,
         "owned": owned,
+        "rows": rows,
+        "grid": grid,
         "load_average_before": load,
         "load_average_after": os.getloadavg(),
         "cpu_count": os.cpu_count(),
@@ -259,7 +218,7 @@ def main() -> None:
     parser.add_argument("--timing-ranks", type=int, default=4)
     parser.add_argument("--timing-steps", type=int, default=10, help="0: no timing")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--timing-model", default="lj", choices=["lj", "mpnn"])
+    parser.add_argument("--timing-model", default="lj", choices=TIMING_MODELS)
     parser.add_argument("--timing-side", type=int, default=12, help="slab atoms per layer edge")
     parser.add_argument("--timing-dt", type=float, default=DT_FS, help="fs")
     parser.add_argument("--port", type=int, default=29611)
@@ -289,6 +248,8 @@ def main() -> None:
             f"ranks: off {per_step['off'] * 1e3:.1f} ms/step, "
             f"auto {per_step['auto'] * 1e3:.1f} ms/step, speed-up {report['speedup']:.2f}x; "
             f"owned off {report['owned']['off']}, auto {report['owned']['auto']}; "
+            f"rows off {report['rows']['off']}, auto {report['rows']['auto']}; "
+            f"grid off {report['grid']['off']}, auto {report['grid']['auto']}; "
             f"load average {report['load_average_before'][0]:.1f} -> "
             f"{report['load_average_after'][0]:.1f} on {report['cpu_count']} CPUs"
         )

@@ -188,6 +188,7 @@ def compare(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
         row["lammps_step_s"] = step_time(lmp, args.steps)
     steps = len(spent["bridge total"])
     row["lammps_sections_ms"] = {k: 1e3 * sum(v) / steps for k, v in spent.items()}
+    row["lammps_model_ms_each"] = [round(1e3 * t, 1) for t in spent["model + exchange"]]
     row["lammps_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     if args.log_dir:
         profile_steps(lmp, f"{args.log_dir}/profile_{batch.num_nodes}.txt")

@@ -4,6 +4,12 @@ exchange over a ghost -> owner plan built from LAMMPS atom ids and LAMMPS's comm
 A ghost shell of one cutoff (LAMMPS's default) is then exact for any number of
 message-passing layers. Rows, pairs and the per-layer exchange stay on the model's device;
 the exchange between ranks goes through host memory (`MPICommunicator`).
+
+The model's pairs are listed on the device from the rows' positions, within cutoff +
+`VERLET_SKIN`, and kept while LAMMPS's rows stay the same atoms and none moved more than
+half that skin: the model sees a graph that changes only at rebuilds, as under
+`DomainParallel` (ML-IAP's own pair list, new at every step, is used only on steps that
+need forces per listed pair).
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from nvdd_plugins.comm import MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
 from nvdd_plugins.models import BaseModelMixin
 
-__all__ = ["HaloBridge"]
+__all__ = ["VERLET_SKIN", "HaloBridge"]
+
+VERLET_SKIN = 0.5
+"""Skin (Å) of the pair list the bridge keeps between rebuilds; a matter of speed only
+(results are exact for any skin: a row that moved more than half of it rebuilds the list)."""
 
 
 class HaloBridge:
@@ -43,14 +53,15 @@ class HaloBridge:
         self.dtype = dtype
         self.staging = staging
         self.comm = MPICommunicator(lmp.get_mpi_comm())
-        self.layout = GivenRowsModel(model, self.comm, padding_species)
+        self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
         listed pair (collective: all ranks call it each step)."""
         require_metal_units(self.lmp)
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
-        edges, _ = rows.edges(ghost_pairs=False)
+        # forces per listed pair need ML-IAP's own pairs as the view's first edges
+        edges = rows.edges(ghost_pairs=False)[0] if pair_forces else None
         positions = self.staging.to_device("positions", atoms.positions).to(self.dtype)
         ids = self.staging.to_device("ids", atoms.ids)
         view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
@@ -58,8 +69,9 @@ class HaloBridge:
         out = self.layout(view, positions, cell, pair_gradients=pair_forces)
         per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
         host = self.staging.to_host("results", per_row.to(torch.float64))  # one copy back
-        gradients = out.get("pair_gradients")
-        if gradients is not None:
-            gradients = rows.pair_forces(gradients[: edges.shape[1]].double(), ghost_pairs=False)
-            gradients = self.staging.to_host("pair_forces", gradients)
-        return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=gradients)
+        pair_rows = None
+        if edges is not None:
+            gradients = out["pair_gradients"][: edges.shape[1]].double()
+            gradients = rows.pair_forces(gradients, ghost_pairs=False)
+            pair_rows = self.staging.to_host("pair_forces", gradients)
+        return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=pair_rows)

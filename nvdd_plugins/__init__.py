@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
-from nvdd_plugins.distributed_model import DistributedModel, ReplicatedModel
+from nvdd_plugins.distributed_model import DistributedModel, OneProcessEvaluator, ReplicatedModel
+from nvdd_plugins.dynamics import set_default_evaluator
 from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
+
+# an integrator run on its own evaluates through the same engine as DomainParallel at one rank
+set_default_evaluator(OneProcessEvaluator)
 
 __all__ = [
     "AtomicData",

@@ -53,7 +53,11 @@ class DomainConfig:
             atoms, the sub-domain boundaries move to equal shares (staggered cuts, see
             docs/balance.md); "off": the regular grid. Halo strategy only (graph partition
             shards are equal by construction).
-        balance_threshold: the max / mean owned atoms above which "auto" re-balances.
+        balance_threshold: the max / mean cost per rank above which "auto" re-balances.
+        balance_weight: the cost "auto" balances: "atoms" (default), the atoms a rank owns;
+            "rows", its owned plus ghost rows (what the model evaluates); "time", the
+            seconds its forwards spent outside communication since the last re-balance
+            check (measured; owned atoms until a first forward has been timed).
         grid_dims: nvalchemi's name of `grid`.
         mesh_dim: with a multi-dimensional `DeviceMesh` as `mesh`, the name of the dimension
             to decompose over (the mesh becomes `mesh[mesh_dim]`).
@@ -76,6 +80,7 @@ class DomainConfig:
     halo_layers: int | None = None
     balance: Literal["auto", "off"] = "auto"
     balance_threshold: float = 1.05
+    balance_weight: Literal["atoms", "rows", "time"] = "atoms"
     grid_dims: InitVar[tuple[int, int, int] | None] = None
     mesh_dim: InitVar[str | None] = None
     ghost_width: InitVar[float | None] = None
@@ -104,6 +109,10 @@ class DomainConfig:
             self.grid = grid  # type: ignore[assignment]
         if self.balance not in ("auto", "off"):
             raise ValueError(f'balance must be "auto" or "off", got {self.balance!r}')
+        if self.balance_weight not in ("atoms", "rows", "time"):
+            raise ValueError(
+                f'balance_weight must be "atoms", "rows" or "time", got {self.balance_weight!r}'
+            )
         if not (math.isfinite(self.balance_threshold) and self.balance_threshold >= 1.0):
             raise ValueError(
                 f"balance_threshold (max / mean owned atoms) must be >= 1, got "

@@ -133,3 +133,8 @@ def test_unknown_balance_mode_and_threshold() -> None:
         DomainConfig(cutoff=5.0, balance="shift")
     with pytest.raises(ValueError, match=r"balance_threshold .* must be >= 1"):
         DomainConfig(cutoff=5.0, balance_threshold=0.9)
+
+
+def test_unknown_balance_weight() -> None:
+    with pytest.raises(ValueError, match='balance_weight must be "atoms", "rows" or "time"'):
+        DomainConfig(cutoff=5.0, balance_weight="ghosts")

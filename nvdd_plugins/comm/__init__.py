@@ -30,6 +30,7 @@ from nvdd_plugins.comm.simulated import (
     run_simulated,
 )
 from nvdd_plugins.comm.staging import Staging
+from nvdd_plugins.comm.timed import TimedCommunicator, computing
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 __all__ = [
@@ -43,9 +44,11 @@ __all__ = [
     "SimulatedCommunicator",
     "SimulatedMesh",
     "Staging",
+    "TimedCommunicator",
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",
+    "computing",
     "copy_to_ghosts",
     "copy_to_ghosts_",
     "detect_launch",

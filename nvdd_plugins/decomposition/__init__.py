@@ -9,6 +9,7 @@ from nvdd_plugins.decomposition.balance import (
     in_one_process,
     owned_counts,
     rebalanced,
+    row_counts,
 )
 from nvdd_plugins.decomposition.cuts import StaggeredCuts
 from nvdd_plugins.decomposition.frame import DecompositionFrame
@@ -35,4 +36,5 @@ __all__ = [
     "morton_order",
     "owned_counts",
     "rebalanced",
+    "row_counts",
 ]

@@ -29,11 +29,13 @@ __all__ = [
     "in_one_process",
     "owned_counts",
     "rebalanced",
+    "row_counts",
 ]
 
 logger = logging.getLogger(__name__)
 
 BINS = 16384  # per axis: cuts to 1/16384 of the box (0.004 Å in a 60 Å box)
+REFINEMENTS = 4  # rounds of cuts weighted by a counted cost (`rebalanced`)
 
 Reduce = Callable[[torch.Tensor, str], torch.Tensor]
 """Reduces a tensor over the ranks with "sum", "min" or "max" (a communicator's
@@ -209,25 +211,76 @@ def owned_counts(
     return reduce(counts, "sum")
 
 
+def row_counts(
+    partitioner: SpatialPartitioner, positions: torch.Tensor, reduce: Reduce
+) -> torch.Tensor:
+    """Rows each rank's sub-domain holds under `partitioner` (float64, CPU): its owned atoms
+    plus their ghost images (periodic self-images included), of `positions` summed by
+    `reduce` — the rows a model evaluates on each rank."""
+    images = partitioner.domain_images(positions.detach())
+    rows = torch.bincount(images.ranks.cpu(), minlength=partitioner.world_size)
+    return reduce(rows.to(torch.float64), "sum")
+
+
+def _weighted_cuts(
+    partitioner: SpatialPartitioner,
+    positions: torch.Tensor,
+    costs: torch.Tensor,
+    reduce: Reduce,
+    grid: tuple[int, int, int] | None,
+) -> tuple[SpatialPartitioner, torch.Tensor]:
+    """The partitioner of the cuts giving every rank an equal share of `costs` (per rank
+    under `partitioner`) spread evenly over each rank's owned atoms, and those per-atom
+    weights of `positions`."""
+    frame, size = partitioner.frame, partitioner.world_size
+    owners = partitioner.rank_of(positions.detach()).cpu()
+    counts = reduce(torch.bincount(owners, minlength=size).to(torch.float64), "sum")
+    weights = (costs / counts.clamp(min=1.0))[owners]
+    home, _ = partitioner.home_fractional(positions.detach())
+    widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
+    cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid, partitioner.halo_width)
+    return SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts), weights
+
+
 def rebalanced(
     partitioner: SpatialPartitioner,
     positions: torch.Tensor,
+    costs: torch.Tensor,
     threshold: float,
     reduce: Reduce,
     grid: tuple[int, int, int] | None = None,
+    cost_of: Callable[[SpatialPartitioner], torch.Tensor] | None = None,
 ) -> StaggeredCuts | None:
-    """New cuts when the owned atoms at `positions` (this rank's, summed by `reduce`) are
-    more unequal than `threshold` (max / mean) under `partitioner` and the balanced cuts
-    (of `grid`, or the grid of the occupied region) are better; else None."""
-    before = imbalance(owned_counts(partitioner, positions, reduce))
-    if before <= threshold:
+    """New cuts when the ranks' `costs` under `partitioner` (one per rank, the same on every
+    rank: owned atoms, rows, or measured seconds) are more unequal than `threshold`
+    (max / mean) and new cuts (of `grid`, or the grid of the occupied region) lower the
+    busiest rank's cost; else None. `positions` are this rank's atoms, summed over the
+    ranks by `reduce`.
+
+    A rank's cost is spread evenly over the atoms it owns (as LAMMPS's `fix balance` weighs
+    by time) and the cuts give every rank an equal share of that weight. A cost that can be
+    counted for any cuts (`cost_of`: owned atoms, rows) starts from equal atoms and is then
+    refined, up to `REFINEMENTS` times, by the weights of its own previous cuts, keeping the
+    best; a measured one (no `cost_of`) takes one step, its cost predicted from the weights.
+    """
+    costs = costs.detach().cpu().to(torch.float64)
+    if imbalance(costs) <= threshold:
         return None
-    frame, size = partitioner.frame, partitioner.world_size
-    home, _ = partitioner.home_fractional(positions.detach())
-    weights = torch.ones(home.shape[0], dtype=torch.float64)
-    widths, pbc = frame.widths.tolist(), frame.pbc.tolist()
-    cuts = balanced_cuts(home, weights, size, widths, pbc, reduce, grid, partitioner.halo_width)
-    candidate = SpatialPartitioner(frame, size, None, partitioner.halo_width, cuts)
-    after = imbalance(owned_counts(candidate, positions, reduce))
-    logger.info("owned atoms max/mean %.3f -> %.3f, cuts of grid %s", before, after, cuts.grid)
-    return cuts if after < before else None
+    if cost_of is None:
+        candidate, weights = _weighted_cuts(partitioner, positions, costs, reduce, grid)
+        owners = candidate.rank_of(positions.detach()).cpu()
+        shares = torch.bincount(owners, weights, partitioner.world_size)
+        after = reduce(shares.to(torch.float64), "sum")
+        logger.info("cost max/mean %.3f -> %.3f (predicted)", imbalance(costs), imbalance(after))
+        return candidate.cuts.to("cpu") if float(after.max()) < float(costs.max()) else None
+    best, lowest = None, float(costs.max())
+    current, current_costs = partitioner, owned_counts(partitioner, positions, reduce)
+    for _ in range(REFINEMENTS):
+        current, _ = _weighted_cuts(current, positions, current_costs, reduce, grid)
+        current_costs = cost_of(current).detach().cpu().to(torch.float64)
+        if float(current_costs.max()) < lowest:
+            best, lowest = current.cuts.to("cpu"), float(current_costs.max())
+        if imbalance(current_costs) <= threshold:
+            break
+    logger.info("cost max/mean %.3f -> busiest %.1f", imbalance(costs), lowest)
+    return best

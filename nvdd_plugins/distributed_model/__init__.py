@@ -16,6 +16,7 @@ from nvdd_plugins.distributed_model.interception import (
     is_opaque,
 )
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
@@ -30,6 +31,7 @@ __all__ = [
     "HaloEngine",
     "HaloView",
     "NonFiniteError",
+    "OneProcessEvaluator",
     "Padding",
     "ReplicatedModel",
     "SubdomainModel",

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator
+from nvdd_plugins.comm import Communicator, TimedCommunicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import (
@@ -17,7 +17,9 @@ from nvdd_plugins.decomposition import (
     SpatialPartitioner,
     StaggeredCuts,
     in_one_process,
+    owned_counts,
     rebalanced,
+    row_counts,
 )
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import Padding, build_halo_view
@@ -79,26 +81,49 @@ class HaloDomain:
         cuts = None
         if self.comm.rank == 0 and positions is not None:
             partitioner = self._partitioner()
-            cuts = self._balanced(positions.detach().to(partitioner.frame.box), in_one_process)
+            at = positions.detach().to(partitioner.frame.box)
+            cuts = self._balanced(at, in_one_process, timed=False)
         self._adopt(self.comm.broadcast_object(cuts, src=0))
 
     def rebalance(self, positions: torch.Tensor, cell: torch.Tensor, replicated: bool) -> None:
         """Move the cuts when this rank's atoms at `positions` (every rank's together, or
-        with `replicated` the full system each rank holds alike) leave the owned atoms per
-        rank more unequal than `DomainConfig.balance_threshold` (max / mean). Collective;
-        a balanced run pays one all-reduce of one number per rank."""
+        with `replicated` the full system each rank holds alike) leave the cost per rank
+        (`DomainConfig.balance_weight`) more unequal than `DomainConfig.balance_threshold`
+        (max / mean). Collective; a balanced run pays one all-reduce of one number per rank."""
         self._follow_cell(cell.detach(), positions.device)
         reduce = in_one_process if replicated else self.comm.all_reduce
-        self._adopt(self._balanced(positions.detach(), reduce))
+        self._adopt(self._balanced(positions.detach(), reduce, timed=True))
 
-    def _balanced(self, positions: torch.Tensor, reduce: Reduce) -> StaggeredCuts | None:
-        """Cuts that balance the owned atoms at `positions` (summed by `reduce`), or None when
-        balancing is off, the current cuts are within the threshold, or new cuts would be
-        no better."""
+    def _balanced(
+        self, positions: torch.Tensor, reduce: Reduce, timed: bool
+    ) -> StaggeredCuts | None:
+        """Cuts balancing the ranks' cost (`DomainConfig.balance_weight`; time only when
+        `timed`: every rank takes part) at `positions` (summed by `reduce`), or None (off,
+        within the threshold, or no better)."""
         if self.config.balance == "off":
             return None
-        threshold = self.config.balance_threshold
-        return rebalanced(self._partitioner(), positions, threshold, reduce, self.config.grid)
+        counted = row_counts if self.config.balance_weight == "rows" else owned_counts
+
+        def cost_of(partitioner: SpatialPartitioner) -> torch.Tensor:
+            return counted(partitioner, positions, reduce)
+
+        seconds = self._measured_seconds() if timed else None
+        partitioner, threshold = self._partitioner(), self.config.balance_threshold
+        costs = cost_of(partitioner) if seconds is None else seconds
+        return rebalanced(
+            partitioner, positions, costs, threshold, reduce, self.config.grid,
+            cost_of=cost_of if seconds is None else None,
+        )  # fmt: skip
+
+    def _measured_seconds(self) -> torch.Tensor | None:
+        """Each rank's compute seconds since the last call, with `balance_weight="time"`
+        (collective), when every rank has timed a forward; else None (owned atoms)."""
+        if self.config.balance_weight != "time" or not isinstance(self.comm, TimedCommunicator):
+            return None
+        mine = torch.zeros(self.comm.size, dtype=torch.float64)
+        mine[self.comm.rank] = self.comm.take_computed()
+        seconds = self.comm.all_reduce(mine)
+        return seconds if bool((seconds > 0).all()) else None
 
     def _adopt(self, cuts: StaggeredCuts | None) -> None:
         """Use `cuts` (same on every rank) from now on; None keeps the current ones."""

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nvdd_plugins.comm import Communicator, resolve_communicator
+from nvdd_plugins.comm import Communicator, TimedCommunicator, computing, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.domain import HaloDomain
@@ -47,6 +47,8 @@ class SubdomainModel(nn.Module):
     def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
         super().__init__()
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
+        if config.balance_weight == "time":  # weighs ranks by the time they compute
+            self.comm = TimedCommunicator(self.comm)
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
@@ -103,9 +105,10 @@ class SubdomainModel(nn.Module):
         leaf = owned.positions.detach().requires_grad_(want_forces)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
-        results = self.engine.evaluate(
-            view, leaf, rows, owned.cell, owned.pbc, want_stress, want_stresses
-        )
+        with computing(self.comm, leaf.device):
+            results = self.engine.evaluate(
+                view, leaf, rows, owned.cell, owned.pbc, want_stress, want_stresses
+            )
         return results.for_owned_rows(view, self.comm)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from nvdd_plugins.dynamics.base import BaseDynamics, Evaluator
+from nvdd_plugins.dynamics.base import (
+    BaseDynamics,
+    Evaluator,
+    EvaluatorFactory,
+    set_default_evaluator,
+)
 from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
@@ -27,6 +32,7 @@ __all__ = [
     "BaseDynamics",
     "DynamicsStage",
     "Evaluator",
+    "EvaluatorFactory",
     "FIRESettings",
     "Hook",
     "HookContext",
@@ -41,4 +47,5 @@ __all__ = [
     "VariableCellFIRE",
     "kinetic_partials",
     "local_sums",
+    "set_default_evaluator",
 ]

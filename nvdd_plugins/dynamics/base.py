@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import ase.units
@@ -26,7 +26,7 @@ from nvdd_plugins.dynamics.stages import (
 )
 from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 
-__all__ = ["BaseDynamics", "Evaluator"]
+__all__ = ["BaseDynamics", "Evaluator", "EvaluatorFactory", "set_default_evaluator"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _RESULTS = ("energy", "forces", "stress")  # the model results a dynamics keeps 
 
 
 class Evaluator(Protocol):
-    """How a dynamics evaluates its model (`ModelEvaluator` by default)."""
+    """How a dynamics evaluates its model (see `set_default_evaluator`)."""
 
     uses_batch_neighbors: bool  # a list on the batch is used (`NeighborListHook` may set it)
 
@@ -43,6 +43,21 @@ class Evaluator(Protocol):
 
     def compute_view(self, batch: Batch) -> Batch:
         """The batch the model is evaluated on, as compute-stage hooks see it."""
+
+
+EvaluatorFactory = Callable[[BaseModelMixin, float], Evaluator]
+"""Builds a dynamics' evaluator from its model and Verlet skin (Å)."""
+
+_default_evaluator: EvaluatorFactory = ModelEvaluator
+
+
+def set_default_evaluator(factory: EvaluatorFactory) -> None:
+    """Register the evaluator every dynamics built afterwards starts with. `nvdd_plugins`
+    registers `OneProcessEvaluator` (the one-rank domain-decomposition engine) on import;
+    without a registration it is the single-process `ModelEvaluator`. This layer knows no
+    ranks: the engine reaches it only through this injection."""
+    global _default_evaluator
+    _default_evaluator = factory
 
 
 class BaseDynamics:
@@ -59,7 +74,8 @@ class BaseDynamics:
         model: the model wrapper.
         dt: time step, fs.
         hooks: hooks attached at their `stage` every `frequency` steps (see `attach`).
-        skin: Verlet skin (Å) of the single-process neighbour list.
+        skin: Verlet skin (Å) of the default evaluator's neighbour list, in one process
+            (`DomainParallel` takes its own from `DomainConfig.skin`).
     """
 
     required_fields: tuple[str, ...] = ("positions", "atomic_numbers")
@@ -79,7 +95,7 @@ class BaseDynamics:
             raise ValueError(f"dt must be a positive number of fs, got {dt!r}")
         self.model = model
         self.dt = float(dt)
-        self.evaluator: Evaluator = ModelEvaluator(model, skin)
+        self.evaluator: Evaluator = _default_evaluator(model, skin)
         self.reducer: SumReducer = local_sums
         self.step_count = 0
         self.results: dict[str, torch.Tensor] = {}

@@ -11,6 +11,7 @@ from ase.build import bulk
 from nvdd_plugins import AtomicData, Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import FIRE, NVE, BaseDynamics
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import lj_model
 
 
@@ -87,7 +88,7 @@ def test_a_second_run_reuses_the_forces_it_computed() -> None:
 
 def test_domain_parallel_evaluates_placeholders_at_the_first_step() -> None:
     reference = _rattled_argon(placeholders=False)
-    NVE(lj_model(), dt=4.0).run(reference, 2)
+    on_the_oracle(NVE(lj_model(), dt=4.0)).run(reference, 2)
 
     def run(comm) -> np.ndarray:
         model = lj_model()

@@ -11,6 +11,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.dynamics import BaseDynamics
 from nvdd_plugins.models import BaseModelMixin
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import MD_SKIN, lj_model
 
 Factory = Callable[[BaseModelMixin], BaseDynamics]
@@ -30,9 +31,9 @@ def final_state(batch: Batch, dynamics: BaseDynamics) -> dict[str, Any]:
 
 
 def single_process(factory: Factory, system: Callable[[], Batch], n_steps: int) -> dict:
-    """The integrator run on the whole system in one process."""
+    """The integrator run on the whole system in one process, on the oracle."""
     batch = system()
-    dynamics = factory(lj_model())
+    dynamics = on_the_oracle(factory(lj_model()))
     dynamics.run(batch, n_steps)
     return final_state(batch, dynamics)
 

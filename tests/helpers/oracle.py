@@ -11,7 +11,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import BaseDynamics
-from nvdd_plugins.models import BaseModelMixin, evaluate_model
+from nvdd_plugins.models import BaseModelMixin, ModelEvaluator, evaluate_model
 
 ENERGY_PER_ATOM_TOL = 1e-10
 FORCES_TOL = 1e-8
@@ -29,6 +29,14 @@ def reference(
 ) -> dict[str, torch.Tensor]:
     """The model run single-process on the full system (requested outputs + energies)."""
     return requested(evaluate_model(model, Batch.from_atoms(atoms), properties), properties)
+
+
+def on_the_oracle(dynamics: BaseDynamics) -> BaseDynamics:
+    """`dynamics` evaluating its model with the single-process oracle (`evaluate_model` on
+    an exact-cutoff list built at every step) instead of its default one-rank engine: the
+    independent reference a distributed trajectory is compared with."""
+    dynamics.evaluator = ModelEvaluator(dynamics.model)
+    return dynamics
 
 
 def requested(
@@ -117,8 +125,8 @@ def assert_trajectory_matches(
 ) -> None:
     """`steps` of `integrator(model)` (with Verlet `skin`) under DomainParallel on
     `world_size` simulated ranks (`options`: further `DomainConfig` fields) stay on the
-    single-process trajectory, with more than one rebuild (atoms migrate)."""
-    dynamics, batch = integrator(model), full.copy()
+    single-process trajectory (`on_the_oracle`), with more than one rebuild (atoms migrate)."""
+    dynamics, batch = on_the_oracle(integrator(model)), full.copy()
     for _ in range(steps):
         dynamics.step(batch)
 

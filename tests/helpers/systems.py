@@ -20,6 +20,7 @@ from nvdd_plugins.models import (
 )
 from nvdd_plugins.models.mpnn import _Interaction
 from nvdd_plugins.spec import SPEC_MPNN_HALO, for_strategy
+from tests.helpers.oracle import on_the_oracle
 
 LJ_EPSILON, LJ_SIGMA, LJ_CUTOFF = 0.0104, 3.4, 6.0
 MPNN_CUTOFF = 4.5
@@ -167,10 +168,12 @@ MD_DT_FS, MD_SKIN = 4.0, 0.5  # the shared trajectory tests' time step and Verle
 
 
 def md_integrator(name: str, model: BaseModelMixin) -> BaseDynamics:
-    """NVE ("nve") or NVTLangevin at 600 K ("langevin") with the shared step and skin."""
+    """NVE ("nve") or NVTLangevin at 600 K ("langevin") with the shared step and skin, on
+    the single-process oracle (`on_the_oracle`; `DomainParallel` puts in its own engine)."""
     if name == "nve":
-        return NVE(model, MD_DT_FS, skin=MD_SKIN)
-    return NVTLangevin(model, MD_DT_FS, temperature=600.0, friction=0.02, seed=11, skin=MD_SKIN)
+        return on_the_oracle(NVE(model, MD_DT_FS, skin=MD_SKIN))
+    langevin = NVTLangevin(model, MD_DT_FS, temperature=600.0, friction=0.02, seed=11, skin=MD_SKIN)
+    return on_the_oracle(langevin)
 
 
 def hot_bulk() -> Batch:
@@ -178,6 +181,19 @@ def hot_bulk() -> Batch:
     periodic faces within a few dozen steps)."""
     atoms = triclinic_bulk()
     thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
+    return Batch.from_atoms(atoms)
+
+
+def drifting_cluster(drift: float = 0.05) -> Batch:
+    """`cluster` in a periodic 30 Å box, every atom moving `drift` Å/fs along x: the owned
+    atoms per rank grow unequal as it crosses sub-domain boundaries."""
+    atoms = cluster()
+    atoms.set_cell([30.0, 30.0, 30.0])
+    atoms.pbc = True
+    atoms.positions += 4.0
+    velocities = np.zeros((len(atoms), 3))
+    velocities[:, 0] = drift * 10.1805  # Å/fs in ASE's time unit
+    atoms.set_velocities(velocities)
     return Batch.from_atoms(atoms)
 
 

@@ -16,7 +16,7 @@ from ase import Atoms
 from nvdd_plugins import Batch
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import ChunkedEvaluator, LennardJonesModel, SimpleMPNN
-from tests.helpers.oracle import assert_close, errors, properties_for, reference
+from tests.helpers.oracle import assert_close, errors, on_the_oracle, properties_for, reference
 
 
 def _copper(pbc: tuple[bool, bool, bool]) -> Atoms:
@@ -109,7 +109,7 @@ def test_nve_in_chunks_follows_the_whole_system() -> None:
         generator = torch.Generator().manual_seed(0)
         velocities = torch.randn(batch.positions.shape, generator=generator, dtype=torch.float64)
         batch.add_node_property("velocities", velocities * 0.01)
-        dynamics = NVE(model, dt=1.0)
+        dynamics = on_the_oracle(NVE(model, dt=1.0))
         if chunked:
             dynamics.evaluator = ChunkedEvaluator(model, grid=(2, 2, 1))
         dynamics.run(batch, 10)

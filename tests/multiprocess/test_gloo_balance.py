@@ -1,19 +1,20 @@
 """Re-balancing during a run on real gloo ranks: a cluster drifting through a periodic box
 makes the owned atoms unequal, "auto" moves the cuts at rebuilds, and the trajectory stays
-the single-process one; with balance="off" the ranks stay unequal."""
+the single-process one (also weighing ranks by rows and by measured time); with
+balance="off" the ranks stay unequal."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.decomposition import imbalance
 from nvdd_plugins.dynamics import NVE
 from tests.helpers.multiprocess import run_gloo
-from tests.helpers.systems import SYSTEMS, lj_model
+from tests.helpers.oracle import on_the_oracle
+from tests.helpers.systems import drifting_cluster, lj_model
 
 pytestmark = pytest.mark.multiprocess
 
@@ -21,22 +22,13 @@ STEPS, DT_FS, SKIN = 40, 4.0, 0.5
 DRIFT = 0.05  # Å/fs along x: the cluster moves 8 Å, most of a sub-domain
 
 
-def _drifting_cluster() -> Batch:
-    atoms = SYSTEMS["cluster"]()
-    atoms.set_cell([30.0, 30.0, 30.0])
-    atoms.pbc = True
-    atoms.positions += 4.0
-    velocities = np.zeros((len(atoms), 3))
-    velocities[:, 0] = DRIFT * 10.1805  # Å/fs in ASE's time unit
-    atoms.set_velocities(velocities)
-    return Batch.from_atoms(atoms)
-
-
-def _run(comm: Communicator, balance: str) -> tuple[torch.Tensor, int, float]:
-    config = DomainConfig(lj_model().cutoff, SKIN, comm, balance=balance)
+def _run(
+    comm: Communicator, balance: str, weight: str = "atoms"
+) -> tuple[torch.Tensor, int, float]:
+    config = DomainConfig(lj_model().cutoff, SKIN, comm, balance=balance, balance_weight=weight)
     worst = 1.0
     with DomainParallel(NVE(lj_model(), DT_FS, skin=SKIN), config, STEPS) as dd:
-        dd.partition(_drifting_cluster() if comm.rank == 0 else None)
+        dd.partition(drifting_cluster(DRIFT) if comm.rank == 0 else None)
         for _ in range(STEPS):
             dd.run(n_steps=1)
             mine = torch.zeros(comm.size, dtype=torch.float64)
@@ -47,12 +39,13 @@ def _run(comm: Communicator, balance: str) -> tuple[torch.Tensor, int, float]:
 
 
 def _both(comm: Communicator) -> dict[str, tuple[torch.Tensor, int, float]]:
-    return {balance: _run(comm, balance) for balance in ("auto", "off")}
+    runs = {balance: _run(comm, balance) for balance in ("auto", "off")}
+    return {**runs, **{weight: _run(comm, "auto", weight) for weight in ("rows", "time")}}
 
 
 def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> None:
-    reference = _drifting_cluster()
-    dynamics = NVE(lj_model(), DT_FS, skin=SKIN)
+    reference = drifting_cluster(DRIFT)
+    dynamics = on_the_oracle(NVE(lj_model(), DT_FS, skin=SKIN))
     for _ in range(STEPS):
         dynamics.step(reference)
     for rank_results in run_gloo(3, _both, timeout=240):
@@ -63,3 +56,7 @@ def test_rebalancing_during_a_run_stays_on_the_single_process_trajectory() -> No
         off_positions, off_rebalances, off_worst = rank_results["off"]
         assert float((off_positions - reference.positions).abs().max()) < 1e-8
         assert off_rebalances == 0 and off_worst > worst
+        for weight in ("rows", "time"):  # other costs: other cuts, the same trajectory
+            weighed_positions = rank_results[weight][0]
+            assert float((weighed_positions - reference.positions).abs().max()) < 1e-8, weight
+        assert rank_results["time"][1] >= 2  # measured times move the cuts as it drifts

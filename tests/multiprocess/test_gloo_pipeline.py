@@ -14,6 +14,7 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.dynamics import FIRE, NoseHoover
 from nvdd_plugins.parallel import DomainPipeline, PipelineMesh, Stage
 from tests.helpers.multiprocess import run_gloo
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import MD_SKIN, lj_model, triclinic_bulk
 
 pytestmark = pytest.mark.multiprocess
@@ -64,7 +65,7 @@ def test_fire_then_nvt_over_a_pipeline_of_domain_decomposed_stages() -> None:
     reports = run_gloo(4, _pipeline, timeout=240)
     expected, steps = [], []
     for system in _systems():
-        relax, nvt = (stage.dynamics() for stage in _stages())
+        relax, nvt = (on_the_oracle(stage.dynamics()) for stage in _stages())
         relax.run(system, 500)
         for name in relax.compute_properties:
             system.pop(name)

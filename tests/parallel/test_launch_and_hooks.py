@@ -16,6 +16,7 @@ from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.comm.launch import LaunchInfo, detect_launch, slurm_first_host
 from nvdd_plugins.comm.resolve import resolve_communicator
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NeighborListHook, ThermoLogger
+from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import lj_model, triclinic_bulk
 
 
@@ -240,7 +241,7 @@ class _CountingCommunicator(Communicator):
 def test_rank_zero_hooks_gather_to_rank_zero_only(scope: HookScope) -> None:
     atoms = _hot_atoms()
     reference = Batch.from_atoms(atoms)
-    NVE(lj_model(), 2.0).run(reference, 3)
+    on_the_oracle(NVE(lj_model(), 2.0)).run(reference, 3)
 
     def run(comm, hooked: bool):
         seen = []

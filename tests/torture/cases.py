@@ -70,6 +70,7 @@ class Case:
     temperature: float = 0.0
     dt: float = 0.0
     hysteresis: float = 0.0
+    balance_weight: str = "atoms"  # DomainConfig.balance_weight (never drawn: set by tests)
 
     def atoms(self) -> Atoms:
         """The system (with Maxwell-Boltzmann velocities for dynamics paths)."""
@@ -87,6 +88,8 @@ class Case:
         if self.steps:
             text += f" md={self.integrator}/{self.steps}x{self.dt}fs/{self.temperature:.0f}K"
             text += f" hysteresis={self.hysteresis:.2f}" if self.hysteresis else ""
+        if self.balance_weight != "atoms":
+            text += f" balance_weight={self.balance_weight}"
         return text
 
     def command(self) -> str:

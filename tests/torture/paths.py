@@ -28,7 +28,7 @@ from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
 from nvdd_plugins.models import ChunkedEvaluator
 from tests.helpers import oracle
 from tests.helpers.multiprocess import run_gloo
-from tests.helpers.oracle import properties_for, reference, replicated
+from tests.helpers.oracle import on_the_oracle, properties_for, reference, replicated
 from tests.torture.cases import Case
 from tests.torture.zoo import (
     MACE_SPECIES,
@@ -132,7 +132,13 @@ def _replicated(
 ) -> Outcome:
     properties = properties_for(atoms)
     ref = _oracle(reference, model, atoms, properties)
-    run = lambda comm: replicated(comm, model, atoms, properties, case.grid, case.skin, strategy)  # noqa: E731
+
+    def run(comm: Communicator) -> dict[str, torch.Tensor]:
+        return replicated(
+            comm, model, atoms, properties, case.grid, case.skin, strategy,
+            balance_weight=case.balance_weight,
+        )  # fmt: skip
+
     results = _simulated(case, run, timeout)
     worst = _check_ranks(results, ref, len(atoms), "ReplicatedModel")
     owned = [int(r["n_owned"]) for r in results]
@@ -215,7 +221,7 @@ def _integrator(case: Case, model: Any) -> NVE | NVTLangevin:
 
 
 def _reference_trajectory(case: Case, model: Any, atoms: Atoms, steps: int) -> torch.Tensor:
-    dynamics, batch = _integrator(case, model), Batch.from_atoms(atoms)
+    dynamics, batch = on_the_oracle(_integrator(case, model)), Batch.from_atoms(atoms)
     frames = []
     for _ in range(steps):
         dynamics.step(batch)
@@ -239,6 +245,7 @@ def _trajectory_rank(
         grid=case.grid,
         migration_hysteresis=case.hysteresis,
         strategy=strategy,
+        balance_weight=case.balance_weight,
     )
     with DomainParallel(_integrator(case, model), config, steps, hooks=[recorder]) as dd:
         dd.partition(Batch.from_atoms(atoms) if comm.rank == 0 else None)

@@ -188,3 +188,28 @@ def test_balanced_trajectory_case(seed: int) -> None:
     case = _case(seed, ("trajectory",))
     assert _regular_imbalance(case) > BALANCE_PRECONDITION, "not a case that needs balancing"
     _check(case)
+
+
+WEIGHTED_SEEDS = tuple(seed for seed in BALANCED_SEEDS if seed not in (6071, 6154))
+"""The balanced cases other than the ASE calculator's (which balances by owned atoms)."""
+WEIGHTED_TRAJECTORY_SEEDS = (6139, 6081)
+
+
+@pytest.mark.parametrize("weight", ["rows", "time"])
+@pytest.mark.parametrize(
+    "seed", WEIGHTED_SEEDS, ids=[_label(seed, SIMULATED_PATHS) for seed in WEIGHTED_SEEDS]
+)
+def test_balanced_case_weighed_by_rows_or_time(seed: int, weight: str) -> None:
+    case = replace(_case(seed, SIMULATED_PATHS), balance_weight=weight)
+    assert case.path != "ase"
+    _check(case)
+
+
+@pytest.mark.parametrize("weight", ["rows", "time"])
+@pytest.mark.parametrize(
+    "seed",
+    WEIGHTED_TRAJECTORY_SEEDS,
+    ids=[_label(seed, ("trajectory",)) for seed in WEIGHTED_TRAJECTORY_SEEDS],
+)
+def test_balanced_trajectory_weighed_by_rows_or_time(seed: int, weight: str) -> None:
+    _check(replace(_case(seed, ("trajectory",)), balance_weight=weight))
