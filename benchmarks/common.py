@@ -13,7 +13,7 @@ import torch
 from lj_job import fcc_crystal, maxwell_velocities
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
-from nvdd_plugins.models import BaseModelMixin, random_mace
+from nvdd_plugins.models import BaseModelMixin, MACEArchitecture, random_mace
 
 
 def fcc_batch(
@@ -101,18 +101,16 @@ def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> tor
         "small": ("32x0e+32x1o", 3, 3),
         "medium": ("128x0e+128x1o", 3, 3),
     }[preset]
-    return random_mace(
-        species,
+    architecture = MACEArchitecture(
         hidden_irreps=hidden,
         max_ell=ell,
         correlation=correlation,
-        r_max=5.0,
         num_bessel=8,
         mlp_irreps="16x0e",
         avg_num_neighbors=40.0,
         interaction_scale=1.0,
-        dtype=dtype,
     )
+    return random_mace(species, r_max=5.0, architecture=architecture, dtype=dtype)
 
 
 def peak_gib(device: torch.device) -> float:

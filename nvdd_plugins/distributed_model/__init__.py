@@ -14,14 +14,14 @@ from nvdd_plugins.distributed_model.call_rules import (
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
-from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_view
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
     "REBIND_RULE",
@@ -36,12 +36,12 @@ __all__ = [
     "HaloView",
     "NonFiniteError",
     "OneProcessEvaluator",
+    "Padding",
     "ReplicatedModel",
     "StaleTargets",
     "SubdomainModel",
-    "assemble_view",
-    "build_graph_view",
-    "build_halo_view",
+    "ViewRows",
     "has_rows",
     "is_opaque",
+    "padded_view",
 ]

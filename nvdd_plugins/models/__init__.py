@@ -24,14 +24,14 @@ from nvdd_plugins.models.evaluate import (
 )
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
-from nvdd_plugins.models.mace import MACEWrapper, random_mace
+from nvdd_plugins.models.mace import MACEArchitecture, MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
 from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
-from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
     new_pair_leaf,
@@ -51,6 +51,7 @@ __all__ = [
     "ChunkedEvaluator",
     "Ewald",
     "LennardJonesModel",
+    "MACEArchitecture",
     "MACEWrapper",
     "ModelConfig",
     "ModelEvaluator",
@@ -60,6 +61,7 @@ __all__ = [
     "NequIPWrapper",
     "RadiusGraphMPNN",
     "RigidIonModel",
+    "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
     "apply_strain",
