@@ -21,7 +21,8 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 VENV_UMA ?= $(VENV)-uma
 PY_UMA := $(VENV_UMA)/bin/python
 STAMP_UMA := $(VENV_UMA)/.nvdd-installed
-UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py
+UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
+	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
