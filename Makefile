@@ -22,6 +22,7 @@ VENV_UMA ?= $(VENV)-uma
 PY_UMA := $(VENV_UMA)/bin/python
 STAMP_UMA := $(VENV_UMA)/.nvdd-installed
 UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
+	tests/distributed_model/test_uma_simulated.py \
 	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example
 
 export OMP_NUM_THREADS ?= 1
