@@ -10,11 +10,12 @@ head's energy block gives the per-atom energies; fairchem's sum and its autograd
 head are skipped (nvdd sums the owned energies and derives forces and stress by autograd).
 
 What is global (docs/uma.md): the charge, spin and dataset embeddings are per-system inputs,
-identical on every rank. Two parts of fairchem's UMA sum over the whole system inside the
-forward and are refused: channel balancing (`charge_balanced_channels`,
-`spin_balanced_channels`: a per-system sum of node features) and mixture-of-linear-experts
-backbones (coefficients from the system's composition); merge a MoLE model for a fixed
-composition first (fairchem's `merge_MOLE_model`), which gives a dense backbone.
+identical on every rank. Channel balancing (`charge_balanced_channels`,
+`spin_balanced_channels`) sums node features over the whole system after every block: the
+spec replaces it by `balance_channels_over_ranks`, whose sums are all-reduced.
+Mixture-of-linear-experts backbones (coefficients from the system's composition) are
+refused; merge a MoLE model for a fixed composition first (fairchem's `merge_MOLE_model`),
+which gives a dense backbone.
 """
 
 from __future__ import annotations
@@ -30,9 +31,16 @@ from torch import nn
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
-from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec, for_strategy
+from nvdd_plugins.spec import (
+    GLOBAL_SUM_ADAPTERS,
+    SPEC_MPNN_HALO,
+    MLIPSpec,
+    PythonAdapter,
+    for_strategy,
+    summed_over_ranks,
+)
 
-__all__ = ["UMAWrapper", "uma_spec"]
+__all__ = ["UMAWrapper", "balance_channels_over_ranks", "uma_spec"]
 
 
 class _GraphInputs(dict):
@@ -133,16 +141,56 @@ class UMAWrapper(nn.Module, BaseModelMixin):
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
         """`uma_spec()` with the backbone's message-passing depth and the storage policy of
         `strategy`."""
-        return for_strategy(uma_spec(n_layers=self.model.backbone.num_layers + 1), strategy)
+        backbone = self.model.backbone
+        balanced = (
+            backbone.charge_channel_end > backbone.charge_channel_start
+            or backbone.spin_channel_end > backbone.spin_channel_start
+        )
+        spec = uma_spec(n_layers=backbone.num_layers + 1, balanced=balanced)
+        return for_strategy(spec, strategy)
 
 
-def uma_spec(n_layers: int | None = None) -> MLIPSpec:
+def uma_spec(n_layers: int | None = None, balanced: bool = False) -> MLIPSpec:
     """`SPEC_MPNN_HALO` (every `index_add` onto atoms intercepted and its ghost rows
     refreshed) with every aggregation writing onto nvdd's `edge_index[0]` (fairchem's edge
     target); `n_layers`: the backbone's blocks plus its edge-degree embedding, each of which
-    sums over neighbours."""
+    sums over neighbours. `balanced`: the backbone balances charge/spin channels, a sum over
+    the whole system after every block, all-reduced (`balance_channels_over_ranks`); then no
+    ghost shell serves without exchange (`n_layers` None)."""
     distribution = replace(SPEC_MPNN_HALO.distribution, edge_target_row=0)
+    if balanced:
+        target = "fairchem.core.models.uma.escn_md:balance_channels_batched"
+        adapter = PythonAdapter(target=target, replacement=balance_channels_over_ranks)
+        distribution = replace(
+            distribution, custom_ops=GLOBAL_SUM_ADAPTERS, third_party_helpers=(adapter,)
+        )
+        n_layers = None
     return replace(SPEC_MPNN_HALO, distribution=distribution, n_layers=n_layers)
+
+
+def balance_channels_over_ranks(
+    emb: torch.Tensor,
+    target: torch.Tensor,
+    natoms: torch.Tensor,
+    batch: torch.Tensor,
+    start_idx: int,
+    end_idx: int,
+    target_offset: float = 0.0,
+) -> torch.Tensor:
+    """fairchem's `balance_channels_batched` (shift channels `start_idx:end_idx` of every
+    atom's scalar features so that they sum to `target - target_offset` per system) with the
+    per-system sums and atom counts taken over the owned rows and summed over ranks
+    (`natoms`, the rank's rows, is not used)."""
+    channels = emb[:, 0, start_idx:end_idx]
+    n_systems = target.shape[0]
+    sums = channels.new_zeros(n_systems, end_idx - start_idx).index_add_(0, batch, channels)
+    ones = channels.new_ones(channels.shape[0])
+    counts = channels.new_zeros(n_systems).index_add_(0, batch, ones)
+    sums, counts = summed_over_ranks(sums), summed_over_ranks(counts)
+    corrections = (sums - (target - target_offset).unsqueeze(1)) / counts.unsqueeze(1)
+    out = emb.clone()
+    out[:, 0, start_idx:end_idx] = channels - corrections[batch]
+    return out
 
 
 def _edges_per_graph(n_edges: int, n_graphs: int, device: torch.device) -> torch.Tensor:
@@ -166,12 +214,6 @@ def _require_supported(backbone: nn.Module) -> None:
         )
     if not isinstance(backbone, eSCNMDBackbone):
         raise ValueError(f"UMAWrapper takes an eSCN-MD backbone, got {type(backbone).__name__}")
-    balanced = backbone.charge_channel_end > backbone.charge_channel_start
-    if balanced or backbone.spin_channel_end > backbone.spin_channel_start:
-        raise ValueError(
-            "charge/spin balanced channels sum node features over the whole system: "
-            "not supported under domain decomposition"
-        )
     if backbone.regress_config.direct_forces:
         raise ValueError("UMA with direct forces is not conservative: use autograd forces")
 

@@ -1,6 +1,7 @@
-"""UMA on simulated ranks: per-atom virials, and the ghost shell its spec claims (its
+"""UMA on simulated ranks: per-atom virials, the ghost shell its spec claims (its
 edge-degree embedding is a neighbour sum too: blocks + 1 cutoffs without the per-layer
-refresh). Real ranks: tests/multiprocess/test_gloo_uma.py."""
+refresh), and charge-balanced channels (a sum over the whole system, all-reduced) against
+fairchem's own forward. Real ranks: tests/multiprocess/test_gloo_uma.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ pytest.importorskip("fairchem.core")
 from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.models import UMAWrapper, evaluate_model
+from nvdd_plugins.models import UMAWrapper, evaluate_model, random_uma, uma_config
+from nvdd_plugins.models.uma import uma_spec
 from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.mace_models import with_two_species
 from tests.helpers.oracle import (
@@ -24,7 +26,7 @@ from tests.helpers.oracle import (
     replicated,
 )
 from tests.helpers.systems import SYSTEMS
-from tests.helpers.uma_models import TASK, tiny_uma, tiny_uma_wrapper
+from tests.helpers.uma_models import TASK, tiny_uma, tiny_uma_wrapper, uma_reference
 
 pytestmark = pytest.mark.uma
 
@@ -73,3 +75,26 @@ def test_ghost_shell_is_blocks_plus_one_cutoffs() -> None:
         assert_close(errs, f"uma, 1 block, 2 cutoffs, rank {rank}")
     wrong = _chunked_errors(_UMAForgettingEdgeDegree(model, task_name=TASK))
     assert min(errs["forces"] for errs in wrong) > 1e-6, wrong
+
+
+class _BalancedWithoutAllReduce(UMAWrapper):
+    """Balanced channels without the adapter: each rank balances its own rows (wrong)."""
+
+    def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
+        return uma_spec(n_layers=None)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_charge_balanced_channels_match_fairchem(world_size: int) -> None:
+    model = random_uma(uma_config(charge_balanced_channels=[0, 1], spin_balanced_channels=[2]))
+    atoms = with_two_species(SYSTEMS["bulk"]())
+    ref = uma_reference(model, atoms, charge=1)
+    properties = properties_for(atoms)
+    wrapper = UMAWrapper(model, task_name=TASK, charge=1)
+    for rank, result in enumerate(
+        run_simulated(world_size, lambda comm: replicated(comm, wrapper, atoms, properties))
+    ):
+        assert_close(errors(result, ref, len(atoms)), f"balanced, rank {rank}/{world_size}")
+    wrong = _BalancedWithoutAllReduce(model, task_name=TASK, charge=1)
+    results = run_simulated(world_size, lambda comm: replicated(comm, wrong, atoms, properties))
+    assert min(errors(result, ref, len(atoms))["forces"] for result in results) > 1e-6

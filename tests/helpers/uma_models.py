@@ -22,15 +22,23 @@ def tiny_uma_wrapper() -> UMAWrapper:
     return UMAWrapper(tiny_uma(), task_name=TASK)
 
 
-def uma_reference(model: nn.Module, atoms: Atoms) -> dict[str, torch.Tensor]:
+def uma_reference(model: nn.Module, atoms: Atoms, charge: int = 0) -> dict[str, torch.Tensor]:
     """Energy, forces and stress (if the cell has a volume) from fairchem's whole model on
-    its own input (`AtomicData.from_ase`, its graph built by the backbone), and the per-atom
-    energies of its energy head's block on its backbone's output."""
+    its own input (`AtomicData.from_ase` with the system's total `charge`, its graph built by
+    the backbone), and the per-atom energies of its energy head's block on its backbone's
+    output."""
     from fairchem.core.datasets.atomic_data import AtomicData
+
+    atoms = atoms.copy()
+    atoms.info["charge"] = charge
 
     def data() -> AtomicData:
         return AtomicData.from_ase(
-            atoms, task_name=TASK, radius=model.backbone.cutoff, target_dtype=torch.float64
+            atoms,
+            task_name=TASK,
+            radius=model.backbone.cutoff,
+            target_dtype=torch.float64,
+            r_data_keys=["charge"],
         )
 
     out = model(data())["efs"]

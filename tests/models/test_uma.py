@@ -47,8 +47,8 @@ def test_checkpoint_round_trip(tmp_path) -> None:
 
 
 def test_unsupported_variants_are_refused() -> None:
-    balanced = random_uma(uma_config(charge_balanced_channels=[0, 1]))
-    with pytest.raises(ValueError, match="balanced channels"):
-        UMAWrapper(balanced, task_name=TASK)
+    direct = random_uma(uma_config(direct_forces=True))
+    with pytest.raises(ValueError, match="direct forces"):
+        UMAWrapper(direct, task_name=TASK)
     with pytest.raises(ValueError, match="task_name"):
         UMAWrapper(tiny_uma(), task_name="omol")
