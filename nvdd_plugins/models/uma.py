@@ -202,7 +202,8 @@ def _edges_per_graph(n_edges: int, n_graphs: int, device: torch.device) -> torch
 
 
 def _require_supported(backbone: nn.Module) -> None:
-    """Refuse backbones whose forward sums over the whole system (wrong on a sub-domain)."""
+    """Refuse what the wrapper cannot distribute: MoLE experts weighted by the whole system,
+    non-conservative direct forces, other backbones."""
     from fairchem.core.models.uma.escn_md import eSCNMDBackbone  # optional dependency
     from fairchem.core.models.uma.escn_moe import eSCNMDMoeBackbone
 
