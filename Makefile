@@ -23,7 +23,8 @@ PY_UMA := $(VENV_UMA)/bin/python
 STAMP_UMA := $(VENV_UMA)/.nvdd-installed
 UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
 	tests/distributed_model/test_uma_simulated.py \
-	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example
+	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example \
+	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
