@@ -139,3 +139,28 @@ def peak_of(step: Callable[[], Any], device: torch.device) -> float:
     reset_memory(device)
     step()
     return peak_gib(device)
+
+
+def compare_dd1(
+    plain: Callable[[], Any], dd1: Callable[[], Any], device: torch.device, repeats: int
+) -> dict[str, float]:
+    """Plain vs DD@1 closures (each returning forces): peak memory of one call each, max
+    |dF|, medians of `repeats` calls timed in alternation, and their ratio."""
+    row = {"plain_gib": peak_of(plain, device), "dd1_gib": peak_of(dd1, device)}
+    dd1_forces, plain_forces = dd1().detach(), plain().detach()
+    row["max_abs_dF"] = float((dd1_forces - plain_forces.to(dd1_forces.dtype)).abs().max())
+    times = interleaved_medians({"plain": plain, "dd1": dd1}, repeats, device)
+    row["plain_s"], row["dd1_s"] = times["plain"], times["dd1"]
+    row["dd1_over_plain"] = row["dd1_s"] / row["plain_s"]
+    return row
+
+
+def print_dd1_rows(rows: list[dict[str, Any]]) -> None:
+    """A table of `compare_dd1` rows (with "model" and "atoms")."""
+    print("model      atoms   plain ms   DD@1 ms   DD@1/plain   plain GiB   DD@1 GiB   max|dF|")
+    for r in rows:
+        print(
+            f"{r['model']:10} {r['atoms']:6d} {1e3 * r['plain_s']:9.2f} {1e3 * r['dd1_s']:9.2f} "
+            f"{r['dd1_over_plain']:11.3f} {r['plain_gib']:11.2f} {r['dd1_gib']:10.2f} "
+            f"{r['max_abs_dF']:9.1e}"
+        )

@@ -32,6 +32,8 @@ from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
 from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.uma import UMAWrapper
+from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
     new_pair_leaf,
@@ -64,6 +66,7 @@ __all__ = [
     "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "UMAWrapper",
     "apply_strain",
     "atom_strain_shares",
     "edge_vectors",
@@ -79,5 +82,8 @@ __all__ = [
     "random_mace",
     "random_nequip",
     "random_sevennet",
+    "random_uma",
     "rigid_ion_spec",
+    "save_uma_checkpoint",
+    "uma_config",
 ]
