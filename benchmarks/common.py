@@ -13,7 +13,7 @@ import torch
 from lj_job import fcc_crystal, maxwell_velocities
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
-from nvdd_plugins.models import BaseModelMixin, random_mace
+from nvdd_plugins.models import BaseModelMixin, MACEArchitecture, random_mace
 
 
 def fcc_batch(
@@ -101,18 +101,16 @@ def mace_model(preset: str, species: tuple[int, ...], dtype: torch.dtype) -> tor
         "small": ("32x0e+32x1o", 3, 3),
         "medium": ("128x0e+128x1o", 3, 3),
     }[preset]
-    return random_mace(
-        species,
+    architecture = MACEArchitecture(
         hidden_irreps=hidden,
         max_ell=ell,
         correlation=correlation,
-        r_max=5.0,
         num_bessel=8,
         mlp_irreps="16x0e",
         avg_num_neighbors=40.0,
         interaction_scale=1.0,
-        dtype=dtype,
     )
+    return random_mace(species, r_max=5.0, architecture=architecture, dtype=dtype)
 
 
 def peak_gib(device: torch.device) -> float:
@@ -141,3 +139,28 @@ def peak_of(step: Callable[[], Any], device: torch.device) -> float:
     reset_memory(device)
     step()
     return peak_gib(device)
+
+
+def compare_dd1(
+    plain: Callable[[], Any], dd1: Callable[[], Any], device: torch.device, repeats: int
+) -> dict[str, float]:
+    """Plain vs DD@1 closures (each returning forces): peak memory of one call each, max
+    |dF|, medians of `repeats` calls timed in alternation, and their ratio."""
+    row = {"plain_gib": peak_of(plain, device), "dd1_gib": peak_of(dd1, device)}
+    dd1_forces, plain_forces = dd1().detach(), plain().detach()
+    row["max_abs_dF"] = float((dd1_forces - plain_forces.to(dd1_forces.dtype)).abs().max())
+    times = interleaved_medians({"plain": plain, "dd1": dd1}, repeats, device)
+    row["plain_s"], row["dd1_s"] = times["plain"], times["dd1"]
+    row["dd1_over_plain"] = row["dd1_s"] / row["plain_s"]
+    return row
+
+
+def print_dd1_rows(rows: list[dict[str, Any]]) -> None:
+    """A table of `compare_dd1` rows (with "model" and "atoms")."""
+    print("model      atoms   plain ms   DD@1 ms   DD@1/plain   plain GiB   DD@1 GiB   max|dF|")
+    for r in rows:
+        print(
+            f"{r['model']:10} {r['atoms']:6d} {1e3 * r['plain_s']:9.2f} {1e3 * r['dd1_s']:9.2f} "
+            f"{r['dd1_over_plain']:11.3f} {r['plain_gib']:11.2f} {r['dd1_gib']:10.2f} "
+            f"{r['max_abs_dF']:9.1e}"
+        )

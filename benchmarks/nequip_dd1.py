@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from ase import Atoms
-from common import dd1_step, fcc_batch, interleaved_medians, peak_of, write_json
+from common import compare_dd1, dd1_step, fcc_batch, print_dd1_rows, write_json
 
 from nvdd_plugins import Batch
 from nvdd_plugins.models import AllegroWrapper, NequIPWrapper, random_allegro, random_nequip
@@ -88,12 +88,7 @@ def case(kind: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     plain = plain_nequip_step(wrapper.model, batch)
     dd1 = dd1_step(wrapper, batch, args.skin)
     row: dict[str, Any] = {"model": kind, "atoms": batch.num_nodes, "dtype": args.dtype}
-    row["plain_gib"], row["dd1_gib"] = peak_of(plain, device), peak_of(dd1, device)
-    row["max_abs_dF"] = float((dd1().detach() - plain().detach().to(dtype)).abs().max())
-    times = interleaved_medians({"plain": plain, "dd1": dd1}, args.repeats, device)
-    row["plain_s"], row["dd1_s"] = times["plain"], times["dd1"]
-    row["dd1_over_plain"] = row["dd1_s"] / row["plain_s"]
-    return row
+    return row | compare_dd1(plain, dd1, device, args.repeats)
 
 
 def main() -> None:
@@ -107,13 +102,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     rows = [case(kind, n, args) for kind in args.models for n in args.atoms]
-    print("model    atoms   plain ms   DD@1 ms   DD@1/plain   plain GiB   DD@1 GiB   max|dF|")
-    for r in rows:
-        print(
-            f"{r['model']:8} {r['atoms']:6d} {1e3 * r['plain_s']:9.2f} {1e3 * r['dd1_s']:9.2f} "
-            f"{r['dd1_over_plain']:11.3f} {r['plain_gib']:11.2f} {r['dd1_gib']:10.2f} "
-            f"{r['max_abs_dF']:9.1e}"
-        )
+    print_dd1_rows(rows)
     write_json(args.json, {"args": vars(args), "rows": rows})
 
 

@@ -137,6 +137,17 @@ def test_nequip_example() -> None:
     assert "ghost shell: 1 cutoff(s); halo exchanges per step: 2" in output and error < 1e-8
 
 
+@pytest.mark.uma
+@pytest.mark.skipif(importlib.util.find_spec("fairchem") is None, reason="needs fairchem-core")
+def test_uma_example() -> None:
+    """2 simulated ranks equal fairchem's own forward."""
+    script = EXAMPLES / "models" / "uma_dd.py"
+    output = _ok([sys.executable, str(script), "--ranks", "2"], 240)
+    force_error = float(output.split("max |force difference|:")[1].split()[0])
+    stress_error = float(output.split("max |stress difference|:")[1].split()[0])
+    assert force_error < 1e-8 and stress_error < 1e-9
+
+
 @pytest.mark.aimnet
 @pytest.mark.skipif(importlib.util.find_spec("aimnet") is None, reason="needs aimnet")
 def test_aimnet2_example() -> None:

@@ -11,18 +11,19 @@ from ase.build import bulk
 import nvdd_plugins
 from nvdd_plugins import AtomicData, Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.dynamics import FIRE
+from nvdd_plugins.dynamics import FIRE, FIRESettings
 from nvdd_plugins.parallel import DistributedPipeline, DomainPipeline
 from tests.helpers.systems import lj_model
 
 
-def test_fire_takes_nvalchemis_parameter_names() -> None:
-    renamed = FIRE(lj_model(), f_alpha=0.9, f_inc=1.2)
-    assert (renamed.fa, renamed.finc) == (0.9, 1.2)
-    with pytest.raises(TypeError, match="both f_alpha and fa"):
-        FIRE(lj_model(), f_alpha=0.9, fa=0.9)
-    with pytest.raises(TypeError, match=re.escape("pass dtmax=dt_max / ase.units.fs")):
+def test_fire_says_where_nvalchemis_parameters_went() -> None:
+    for name, value in (("f_alpha", 0.9), ("f_inc", 1.2), ("dt_max", 1.0)):
+        with pytest.raises(TypeError, match=re.escape("settings=FIRESettings(")):
+            FIRE(lj_model(), **{name: value})
+    with pytest.raises(TypeError, match=re.escape("FIRESettings(dtmax=dt_max / ase.units.fs")):
         FIRE(lj_model(), dt_max=1.0)
+    settings = FIRESettings(fa=0.9, finc=1.2)
+    assert FIRE(lj_model(), settings=settings).settings == settings
 
 
 def test_domain_config_takes_nvalchemis_names() -> None:

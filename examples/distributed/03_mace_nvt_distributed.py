@@ -43,7 +43,7 @@ def main() -> None:
             partition_crystal(dynamics, manager, element, lattice, args, dtype)
             dynamics.run()
             if manager.rank == 0:
-                print(f"done: {args.steps} steps, {dynamics.model.domain.rebuilds} rebuilds")
+                print(f"done: {args.steps} steps, {dynamics.model.rebuilds} rebuilds")
     finally:
         DistributedManager.cleanup()
 

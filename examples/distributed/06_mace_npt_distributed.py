@@ -22,7 +22,7 @@ import torch
 from copper_or_argon import add_model_arguments, load_model, partition_crystal
 
 from nvdd_plugins import DistributedManager, DomainConfig, DomainParallel
-from nvdd_plugins.dynamics import NPT, ThermoLogger
+from nvdd_plugins.dynamics import NPT, MTKParameters, ThermoLogger
 
 
 def main() -> None:
@@ -42,8 +42,7 @@ def main() -> None:
             dt,
             temperature=args.temperature,
             pressure=args.pressure * ase.units.GPa,
-            tdamp=100 * dt,
-            pdamp=1000 * dt,
+            mtk=MTKParameters(tdamp=100 * dt, pdamp=1000 * dt),
             anisotropic=args.anisotropic,
         )
         config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=manager.mesh)

@@ -23,8 +23,9 @@ class AtomicData(FieldStore):
         atomic_masses: (n_atoms,) masses in amu (needed by integrators, not by models).
         cell: (3, 3) or (1, 3, 3) lattice vectors as rows, Å (zeros for no cell).
         pbc: (3,) or (1, 3) periodic flags.
-        velocities, forces, energy, stress, charges: optional extras (ASE units;
-            velocities in Å·sqrt(eV/amu), ASE's internal unit).
+        velocities, forces, energy: optional extras (ASE units; velocities in
+            Å·sqrt(eV/amu), ASE's internal unit). Other fields ("stress", "charges", ...)
+            are attached with `add_node_property` / `add_system_property`.
     """
 
     def __init__(
@@ -38,8 +39,6 @@ class AtomicData(FieldStore):
         velocities: torch.Tensor | None = None,
         forces: torch.Tensor | None = None,
         energy: torch.Tensor | float | None = None,
-        stress: torch.Tensor | None = None,
-        charges: torch.Tensor | None = None,
     ) -> None:
         positions = as_tensor(positions, "positions")
         if positions.dim() != 2 or positions.shape[-1] != 3:
@@ -58,27 +57,27 @@ class AtomicData(FieldStore):
             ("atomic_masses", atomic_masses),
             ("velocities", velocities),
             ("forces", forces),
-            ("charges", charges),
         ):
             if value is not None:
                 self.add_node_property(name, value)
-        for name, value in (("energy", energy), ("stress", stress)):
-            if value is not None:
-                self.add_system_property(name, value)
+        if energy is not None:
+            self.add_system_property("energy", energy)
 
     @classmethod
     def from_atoms(cls, atoms: ase.Atoms, dtype: torch.dtype = torch.float64) -> AtomicData:
         """Build from `ase.Atoms`: positions, numbers, masses, cell, pbc, and velocities,
         charges when the Atoms carry them (velocities stay in ASE's internal unit)."""
-        return cls(
+        data = cls(
             positions=torch.as_tensor(atoms.get_positions(), dtype=dtype),
             atomic_numbers=torch.as_tensor(atoms.get_atomic_numbers(), dtype=torch.long),
             atomic_masses=torch.as_tensor(atoms.get_masses(), dtype=dtype),
             cell=torch.as_tensor(np.asarray(atoms.get_cell()), dtype=dtype),
             pbc=torch.as_tensor(atoms.get_pbc()),
             velocities=atoms.get_velocities() if atoms.has("momenta") else None,
-            charges=atoms.get_initial_charges() if atoms.has("initial_charges") else None,
         )
+        if atoms.has("initial_charges"):
+            data.add_node_property("charges", atoms.get_initial_charges())
+        return data
 
     def to_atoms(self) -> ase.Atoms:
         """Convert to `ase.Atoms` (positions, numbers, masses, cell, pbc, velocities)."""

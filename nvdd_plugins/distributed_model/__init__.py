@@ -17,7 +17,7 @@ from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
-from nvdd_plugins.distributed_model.graph_partition import GraphDomain, build_graph_view
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.health import NonFiniteError
 from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
@@ -25,7 +25,7 @@ from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
 from nvdd_plugins.distributed_model.shells import PerLayerRefresh, Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import assemble_view, build_halo_view
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
     "REBIND_RULE",
@@ -43,16 +43,16 @@ __all__ = [
     "Leaves",
     "NonFiniteError",
     "OneProcessEvaluator",
+    "Padding",
     "PerLayerRefresh",
     "ReplicatedModel",
     "Shell",
     "StaleTargets",
     "SubdomainModel",
     "ThickShell",
+    "ViewRows",
     "Wanted",
-    "assemble_view",
-    "build_graph_view",
-    "build_halo_view",
     "has_rows",
     "is_opaque",
+    "padded_view",
 ]

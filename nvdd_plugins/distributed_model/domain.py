@@ -22,7 +22,7 @@ from nvdd_plugins.decomposition import (
     row_counts,
 )
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import build_halo_view
+from nvdd_plugins.distributed_model.view_build import Padding, build_halo_view
 from nvdd_plugins.geometry import VerletState
 
 __all__ = ["HaloDomain"]
@@ -239,19 +239,12 @@ class HaloDomain:
         positions = owned.positions.detach()
         cell = owned.cell[0].detach()
         partitioner = self._follow_cell(cell, positions.device)
-        view = build_halo_view(
-            self.comm,
-            partitioner,
-            positions,
-            owned.atomic_numbers,
-            owned.global_ids,
-            cell,
-            self.padding_species,
-            self.verlet.rows.fit,
-            self.verlet.pairs.fit,
-            far_pair_padding=self.config.compile,
-            list_pairs=self.config.chunk_atoms is None,
+        capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
+        padding = Padding(
+            self.padding_species, partitioner.halo_width, *capacities, self.config.compile
         )
+        listing = self.config.chunk_atoms is None
+        view = build_halo_view(self.comm, partitioner, owned, padding, list_pairs=listing)
         self.view = view
         self.verlet.record(positions, cell)
         self.rebuilds += 1

@@ -19,7 +19,7 @@ from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
 from nvdd_plugins.distributed_model.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import assemble_view
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState, build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
@@ -99,20 +99,9 @@ class GivenRowsModel:
         ids: torch.Tensor,
         pairs: torch.Tensor,
     ) -> HaloView:
-        rows = positions.shape[0]
-        return assemble_view(
-            plan,
-            positions,
-            torch.zeros(rows, 3, dtype=torch.long, device=positions.device),
-            numbers,
-            ids,
-            pairs,
-            torch.zeros(pairs.shape[1], 3, dtype=torch.long, device=pairs.device),
-            self.padding_species,
-            self.verlet.rows.fit,
-            self.verlet.pairs.fit,
-            self.engine.config.cutoff,
-        )
+        capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
+        padding = Padding(self.padding_species, self.engine.config.cutoff, *capacities)
+        return padded_view(ViewRows(plan, positions, numbers, ids, pairs), padding)
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:
         if isinstance(self.engine.shell, ThickShell):  # rows only: nothing is exchanged

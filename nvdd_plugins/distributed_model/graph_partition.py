@@ -13,6 +13,7 @@ ghost rows are summed back into them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -22,11 +23,10 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import IndexPartitioner, index_owners
 from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState, build_neighbor_list
 
 __all__ = ["GraphDomain", "build_graph_view"]
-
-_EMPTY_RANK_ROWS = 2  # far-apart padding rows of a rank owning nothing (a view is never empty)
 
 
 class GraphDomain:
@@ -91,19 +91,9 @@ class GraphDomain:
         """Gather all positions, pick ghosts by the neighbour list and build plan and view
         for the current owned atoms (collective)."""
         self._partitioner()
-        positions = owned.positions.detach()
-        cell = owned.cell[0].detach()
-        view = build_graph_view(
-            self.comm,
-            positions,
-            owned.atomic_numbers,
-            owned.global_ids,
-            cell,
-            owned.pbc[0],
-            self.config.halo_width,
-        )
+        view = build_graph_view(self.comm, owned, self.config.halo_width)
         self.view = view
-        self.verlet.record(positions, cell)
+        self.verlet.record(owned.positions.detach(), owned.cell[0].detach())
         self.rebuilds += 1
         return view
 
@@ -116,29 +106,24 @@ class GraphDomain:
         raise NotImplementedError("checkpoints are supported for StrategyKind.HALO runs only")
 
 
-def build_graph_view(
-    comm: Communicator,
-    owned_positions: torch.Tensor,
-    owned_numbers: torch.Tensor,
-    owned_ids: torch.Tensor,
-    cell: torch.Tensor,
-    pbc: torch.Tensor,
-    width: float,
-) -> HaloView:
-    """This rank's graph-partition view (collective): owned rows in the given order, then
-    the ghosts its edges reach, ordered by owner rank and row; edges are the pairs within
-    `width` (Å) that touch an owned row. Costs O(all atoms) per rank, once per rebuild."""
+def build_graph_view(comm: Communicator, owned: Batch, width: float) -> HaloView:
+    """This rank's graph-partition view of its `owned` atoms (collective): owned rows in the
+    given order, then the ghosts its edges reach, ordered by owner rank and row; edges are
+    the pairs within `width` (Å) that touch an owned row. Costs O(all atoms) per rank, once
+    per rebuild."""
+    owned_positions = owned.positions.detach()
     device = owned_positions.device
-    gathered_ids = comm.all_gather(owned_ids.long())
+    gathered_ids = comm.all_gather(owned.global_ids.long())
     counts = [int(g.shape[0]) for g in gathered_ids]
     ids = torch.cat(gathered_ids).to(device)
     positions = torch.cat(comm.all_gather(owned_positions))
-    numbers = torch.cat(comm.all_gather(owned_numbers.long())).to(device)
+    numbers = torch.cat(comm.all_gather(owned.atomic_numbers.long())).to(device)
     rank_of = torch.repeat_interleave(torch.arange(comm.size), torch.tensor(counts))
     row_of = torch.cat([torch.arange(c) for c in counts])
     start, n_owned = sum(counts[: comm.rank]), counts[comm.rank]
 
-    listed = build_neighbor_list(positions, cell, pbc, width)
+    pbc = owned.pbc[0]
+    listed = build_neighbor_list(positions, owned.cell[0].detach(), pbc, width)
     mine = (rank_of == comm.rank).to(device)
     senders, receivers = listed.edge_index
     touches = mine[senders] | mine[receivers]
@@ -151,30 +136,7 @@ def build_graph_view(
     local_row[start : start + n_owned] = torch.arange(n_owned, device=device)
     local_row[ghosts] = torch.arange(n_owned, n_owned + ghosts.numel(), device=device)
     rows = torch.cat([torch.arange(start, start + n_owned, device=device), ghosts])
-    n_local = rows.numel()
-    n_rows = n_local or _EMPTY_RANK_ROWS
-    # a tensor of n_rows rows is node-indexed, so the edge slots never number n_rows
-    slots = pairs.shape[1] + (pairs.shape[1] == n_rows)
-    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-    edge_index[:, : pairs.shape[1]] = local_row[pairs]
-    edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
-    edge_units[: pairs.shape[1]] = units
-    n_pad = n_rows - n_local
-    padding = owned_positions.new_zeros(n_pad, 3)
-    padding[:, 0] = width * (10.0 + 2.0 * torch.arange(n_pad, device=device))
     species = int(numbers.min()) if numbers.numel() else 1
-
-    def padded(values: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.cat([values[rows], values.new_full((n_pad,), fill)])
-
-    return HaloView(
-        plan=plan,
-        n_rows=n_rows,
-        image_units=torch.zeros(n_rows, 3, dtype=torch.long, device=device),
-        atomic_numbers=padded(numbers, species),
-        global_ids=padded(ids, -1),
-        edge_index=edge_index,
-        edge_unit_shifts=edge_units,
-        padding_positions=padding,
-        wrapped_axes=pbc.reshape(3).to(device=device, dtype=torch.bool),
-    )
+    local = ViewRows(plan, positions[rows], numbers[rows], ids[rows], local_row[pairs])
+    local = dataclasses.replace(local, pair_units=units, wrapped_axes=pbc)
+    return padded_view(local, Padding(species, width, extra_rows=False))

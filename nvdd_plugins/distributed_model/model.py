@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from nvdd_plugins.comm import Communicator, TimedCommunicator, computing, resolve_communicator
-from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
+from nvdd_plugins.distributed_model.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.health import (
     NON_FINITE,
     REBUILD,
@@ -22,7 +24,6 @@ from nvdd_plugins.distributed_model.health import (
     non_finite_report,
     rebuild_status,
 )
-from nvdd_plugins.distributed_model.layouts import make_domain
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.models import BaseModelMixin
 
@@ -51,7 +52,8 @@ class SubdomainModel(nn.Module):
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        self.domain = make_domain(self.comm, self.config)
+        graph = self.config.strategy is StrategyKind.GRAPH_PARTITION
+        self.domain = (GraphDomain if graph else HaloDomain)(self.comm, self.config)
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
@@ -73,9 +75,22 @@ class SubdomainModel(nn.Module):
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
         return status == REBUILD
 
-    def _rebuild(self, owned: Batch) -> None:
-        self.domain.build(owned)
+    def rebuild(self, owned: Batch) -> HaloView:
+        """Build the view of `owned` (this rank's atoms at their current positions) and have
+        the engine re-decide what it may skip for that view (collective). Every rebuild,
+        a restored checkpoint's included, comes through here."""
+        view = self.domain.build(owned)
         self.engine.rebuilt(owned.cell[0], owned.pbc[0])
+        return view
+
+    def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """Owning rank of each position of the full system for the current cell."""
+        return self.domain.owners(positions, cell)
+
+    @property
+    def rebuilds(self) -> int:
+        """Views built so far."""
+        return self.domain.rebuilds
 
     def evaluate_view(
         self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
@@ -136,7 +151,7 @@ class DistributedModel(SubdomainModel):
             raise ValueError("owned batches need global_ids (DomainParallel.partition adds them)")
         if self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids):
             self.domain.migrate(owned)
-            self._rebuild(owned)
+            self.rebuild(owned)
 
     def check_finite(self, owned: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces

@@ -48,7 +48,7 @@ class ReplicatedModel(SubdomainModel):
         owned = full.select_nodes(ids)
         owned.add_node_property("global_ids", ids)
         if rebuild:
-            self._rebuild(owned)
+            self.rebuild(owned)
         local = self.evaluate_view(self.domain.view, owned, properties)
         kinds = self.engine.spec.output_kinds
         per_node = {k: v for k, v in local.items() if kinds.get(k) is OutputKind.PER_NODE}

@@ -20,7 +20,8 @@ class HaloView:
 
     Attributes:
         plan: the halo plan (owned rows first, then ghosts).
-        n_rows: padded row count the model sees (never the edge-slot count, never 1).
+        n_rows: padded row count the model sees (never the edge-slot count; never 1 but in
+            a graph-partition view, which has no padding rows: see `view_build.Padding`).
         image_units: (n_rows, 3) lattice translation, in cell vectors, from each row's
             owner-stored position to its position in this view (owned rows are wrapped into
             the cell; ghosts sit at their periodic image; padding 0).

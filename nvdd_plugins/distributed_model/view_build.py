@@ -1,18 +1,139 @@
-"""Building a `HaloView`: padding rows a front end gives (`assemble_view`), or selecting
-ghosts and pairs for a spatial sub-domain (`build_halo_view`)."""
+"""Building a `HaloView`, in one place with one padding rule: `padded_view` pads the local
+rows and pairs any layout gives (`ViewRows`); `build_halo_view` selects them for a spatial
+sub-domain first."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_
+from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import SpatialPartitioner
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
-__all__ = ["assemble_view", "build_halo_view"]
+__all__ = ["Padding", "ViewRows", "build_halo_view", "padded_view"]
+
+
+def _exact(count: int) -> int:
+    return count
+
+
+@dataclass(frozen=True)
+class ViewRows:
+    """One rank's local rows (owned first, then ghosts) and the pairs among them.
+
+    Attributes:
+        plan: the halo plan of the rows.
+        positions: (n_local, 3) where the rows sit (padding goes beyond them).
+        atomic_numbers, global_ids: (n_local,) per row.
+        pairs: (2, E) local row indices.
+        image_units: (n_local, 3) lattice units from owner-stored to view position (None: 0).
+        pair_units: (E, 3) lattice shifts of the pairs along `wrapped_axes` (None: 0).
+        wrapped_axes: (3,) bool, the axes pairs wrap along (None: none).
+        built_shifts: optional (cell, (E, 3)): the pairs' Cartesian shifts for that cell.
+    """
+
+    plan: HaloPlan
+    positions: torch.Tensor
+    atomic_numbers: torch.Tensor
+    global_ids: torch.Tensor
+    pairs: torch.Tensor
+    image_units: torch.Tensor | None = None
+    pair_units: torch.Tensor | None = None
+    wrapped_axes: torch.Tensor | None = None
+    built_shifts: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class Padding:
+    """How a view is padded.
+
+    Attributes:
+        species: atomic number of padding rows (one the model knows).
+        spacing: Å; padding rows sit 2 `spacing` apart, beyond every local row.
+        node_capacity, edge_capacity: padded row count for n_local rows and slot count for
+            E pairs (default: exact).
+        far_pairs: empty edge slots hold a pair of padding rows farther apart than
+            `spacing` (compiled runs: no data-dependent filtering) instead of the sentinel.
+        extra_rows: padding rows may be added to keep the row count off the slot count and
+            off 1; without (graph partition: a model that builds its own graph by minimum
+            image must find no row that is not an atom) a sentinel slot is added instead,
+            and only a rank owning nothing gets rows, two.
+    """
+
+    species: int
+    spacing: float
+    node_capacity: Callable[[int], int] = _exact
+    edge_capacity: Callable[[int], int] = _exact
+    far_pairs: bool = False
+    extra_rows: bool = True
+
+
+def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
+    """Pad `rows` and their pairs to their capacities.
+
+    Padding rows get `padding.species`, id -1 and far-apart positions. Empty edge slots hold
+    the sentinel `n_rows`, or a far pair (`Padding.far_pairs`), which a cutoff-safe model
+    weighs exactly zero. The row count is bumped until it differs from the slot count and
+    from 1 (see `Padding.extra_rows`), so that no per-edge or per-system tensor looks
+    node-indexed.
+    """
+    positions, pairs = rows.positions, rows.pairs
+    device = positions.device
+    n_local, n_pairs = rows.plan.n_local, pairs.shape[1]
+    slots = padding.edge_capacity(n_pairs)
+    n_rows = padding.node_capacity(n_local + 2 if padding.far_pairs else n_local)
+    if padding.extra_rows:
+        while n_rows in (slots, 1):
+            n_rows += 1
+    else:
+        n_rows = n_rows or 2
+        slots += slots == n_rows
+    n_pad = n_rows - n_local
+
+    def padded(values: torch.Tensor | None, width: int, fill: int, count: int) -> torch.Tensor:
+        shape = (count, width) if width else (count,)
+        if values is None:
+            return torch.zeros(shape, dtype=torch.long, device=device)
+        values = values.long()
+        return torch.cat([values, values.new_full((count - values.shape[0], *shape[1:]), fill)])
+
+    edge_units = padded(rows.pair_units, 3, 0, slots)
+    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    if padding.far_pairs:
+        edge_index[0], edge_index[1] = n_local, n_local + 1
+    edge_index[:, :n_pairs] = pairs
+    built_shifts = rows.built_shifts
+    if built_shifts is not None:
+        cell, pair_shifts = built_shifts
+        pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - n_pairs, 3)])
+        built_shifts = (cell.detach().clone(), pair_shifts)
+    spacing = padding.spacing
+    reach = positions.abs().max() if n_local else positions.new_zeros(())
+    steps = torch.arange(1, n_pad + 1, device=device, dtype=positions.dtype)
+    far = positions.new_zeros(n_pad, 3)
+    far[:, 0] = reach + 10.0 * spacing + 2.0 * spacing * steps
+    wrapped = rows.wrapped_axes
+    return HaloView(
+        plan=rows.plan,
+        n_rows=n_rows,
+        image_units=padded(rows.image_units, 3, 0, n_rows),
+        atomic_numbers=padded(rows.atomic_numbers, 0, padding.species, n_rows),
+        global_ids=padded(rows.global_ids, 0, -1, n_rows),
+        edge_index=edge_index,
+        edge_unit_shifts=edge_units,
+        padding_positions=far,
+        wrapped_axes=(
+            torch.zeros(3, dtype=torch.bool, device=device)
+            if wrapped is None
+            else wrapped.reshape(3).to(device=device, dtype=torch.bool)
+        ),
+        built_shifts=built_shifts,
+    )
 
 
 def _receive_ghosts(
@@ -32,106 +153,25 @@ def _receive_ghosts(
     return owner_rank, incoming[:, 0], incoming[:, 1:]
 
 
-def assemble_view(
-    plan: HaloPlan,
-    local_positions: torch.Tensor,
-    image_units: torch.Tensor,
-    atomic_numbers: torch.Tensor,
-    global_ids: torch.Tensor,
-    pairs: torch.Tensor,
-    pair_units: torch.Tensor,
-    padding_species: int,
-    node_capacity: Callable[[int], int],
-    edge_capacity: Callable[[int], int],
-    spacing: float,
-    far_pair_padding: bool = False,
-    wrapped_axes: torch.Tensor | None = None,
-    built_shifts: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> HaloView:
-    """Pad local rows (owned + ghost, given per row) and pairs to their capacities.
-
-    Padding rows get `padding_species`, id -1 and far-apart positions (2 `spacing` Å apart,
-    beyond every local atom). Empty edge slots hold the sentinel `n_rows`, or, with
-    `far_pair_padding` (compiled runs: no data-dependent filtering), a pair of padding rows
-    farther apart than `spacing`, which a cutoff-safe model weighs exactly zero. The row
-    count is bumped until it differs from the slot count and from 1. `wrapped_axes`: the
-    axes `pair_units` wrap along (default none). `built_shifts`: the pairs' Cartesian
-    shifts for a cell, (cell, (E, 3)), kept (padded) for `edge_shifts`.
-    """
-    device = local_positions.device
-    n_local = plan.n_local
-    slots = edge_capacity(pairs.shape[1])
-    n_rows = node_capacity(n_local + 2 if far_pair_padding else n_local)
-    while n_rows in (slots, 1):
-        n_rows += 1
-    n_pad = n_rows - n_local
-
-    def padded(rows: torch.Tensor, fill: int) -> torch.Tensor:
-        return torch.cat([rows, rows.new_full((n_pad, *rows.shape[1:]), fill)])
-
-    if slots == pairs.shape[1]:  # no empty slots: the pairs as they are
-        edge_index, edge_units = pairs.long(), pair_units.long()
-    else:
-        edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
-        if far_pair_padding:
-            edge_index[0], edge_index[1] = n_local, n_local + 1
-        edge_index[:, : pairs.shape[1]] = pairs
-        edge_units = torch.zeros(slots, 3, dtype=torch.long, device=device)
-        edge_units[: pairs.shape[1]] = pair_units
-    if built_shifts is not None:
-        cell, pair_shifts = built_shifts
-        if slots > pairs.shape[1]:
-            pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - pairs.shape[1], 3)])
-        built_shifts = (cell.detach().clone(), pair_shifts)
-    reach = local_positions.abs().max() if n_local else local_positions.new_zeros(())
-    steps = torch.arange(1, n_pad + 1, device=device, dtype=local_positions.dtype)
-    padding = local_positions.new_zeros(n_pad, 3)
-    padding[:, 0] = reach + 10.0 * spacing + 2.0 * spacing * steps
-    return HaloView(
-        plan=plan,
-        n_rows=n_rows,
-        image_units=padded(image_units, 0),
-        atomic_numbers=padded(atomic_numbers.long(), padding_species),
-        global_ids=padded(global_ids.long(), -1),
-        edge_index=edge_index,
-        edge_unit_shifts=edge_units,
-        padding_positions=padding,
-        wrapped_axes=(
-            torch.zeros(3, dtype=torch.bool, device=device)
-            if wrapped_axes is None
-            else wrapped_axes.to(device)
-        ),
-        built_shifts=built_shifts,
-    )
-
-
 def build_halo_view(
     comm: Communicator,
     partitioner: SpatialPartitioner,
-    owned_positions: torch.Tensor,
-    owned_numbers: torch.Tensor,
-    owned_ids: torch.Tensor,
-    cell: torch.Tensor,
-    padding_species: int,
-    node_capacity: Callable[[int], int],
-    edge_capacity: Callable[[int], int],
-    far_pair_padding: bool = False,
+    owned: Batch,
+    padding: Padding,
     list_pairs: bool = True,
 ) -> HaloView:
-    """Select ghosts, build the plan and the neighbour list of this rank (collective).
-
-    `node_capacity(n_local)` and `edge_capacity(n_edges)` give the padded sizes; see
-    `assemble_view` for `far_pair_padding`. Without `list_pairs` the view has no pairs
-    (an evaluation that lists its own, such as chunks of the view).
-    """
+    """Select ghosts, build the plan and the neighbour list of this rank's `owned` atoms
+    (collective) and pad them. Without `list_pairs` the view has no pairs (an evaluation
+    that lists its own, such as chunks of the view)."""
+    owned_positions = owned.positions.detach()
+    cell = owned.cell[0].detach()
     device = owned_positions.device
     n_owned = owned_positions.shape[0]
-    width = partitioner.halo_width
     owner_rank, owner_row, ghost_units = _receive_ghosts(comm, partitioner, owned_positions)
     plan = HaloPlan.build(comm, n_owned, owner_rank, owner_row).to(device)
 
-    def local_rows(owned: torch.Tensor) -> torch.Tensor:
-        rows = torch.cat([owned, owned.new_zeros((plan.n_ghost, *owned.shape[1:]))])
+    def local_rows(values: torch.Tensor) -> torch.Tensor:
+        rows = torch.cat([values, values.new_zeros((plan.n_ghost, *values.shape[1:]))])
         return fill_ghosts_(rows, plan, comm)
 
     _, wrap = partitioner.owned_fractional(owned_positions, comm.rank)
@@ -139,28 +179,13 @@ def build_halo_view(
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
-    built_shifts = None
+    pairs = torch.empty(2, 0, dtype=torch.long, device=device)
+    pair_units, built_shifts = torch.empty(0, 3, dtype=torch.long, device=device), None
     if list_pairs:
-        listed = build_neighbor_list(local, cell, wrapped, width, touching=n_owned)
+        listed = build_neighbor_list(local, cell, wrapped, partitioner.halo_width, touching=n_owned)
         pairs, pair_units = listed.edge_index, listed.unit_shifts
         built_shifts = (cell, listed.shifts)
-    else:
-        pairs = torch.empty(2, 0, dtype=torch.long, device=device)
-        pair_units = torch.empty(0, 3, dtype=torch.long, device=device)
-    numbers, ids = local_rows(torch.stack([owned_numbers.long(), owned_ids.long()], 1)).unbind(1)
-    return assemble_view(
-        plan,
-        local,
-        units,
-        numbers,
-        ids,
-        pairs,
-        pair_units,
-        padding_species,
-        node_capacity,
-        edge_capacity,
-        width,
-        far_pair_padding,
-        wrapped,
-        built_shifts,
-    )
+    per_row = torch.stack([owned.atomic_numbers.long(), owned.global_ids.long()], 1)
+    numbers, ids = local_rows(per_row).unbind(1)
+    rows = ViewRows(plan, local, numbers, ids, pairs, units, pair_units, wrapped, built_shifts)
+    return padded_view(rows, padding)

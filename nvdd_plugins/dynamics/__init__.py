@@ -8,11 +8,11 @@ from nvdd_plugins.dynamics.base import (
     EvaluatorFactory,
     set_default_evaluator,
 )
-from nvdd_plugins.dynamics.fire import FIRE
+from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
-from nvdd_plugins.dynamics.mtk import NPH, NPT
+from nvdd_plugins.dynamics.mtk import NPH, NPT, MTKParameters
 from nvdd_plugins.dynamics.nose_hoover import NoseHoover
 from nvdd_plugins.dynamics.reduction import SumReducer, kinetic_partials, local_sums
 from nvdd_plugins.dynamics.stages import (
@@ -33,9 +33,11 @@ __all__ = [
     "DynamicsStage",
     "Evaluator",
     "EvaluatorFactory",
+    "FIRESettings",
     "Hook",
     "HookContext",
     "HookFunction",
+    "MTKParameters",
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",

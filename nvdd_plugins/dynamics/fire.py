@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ase.units
@@ -15,33 +16,51 @@ from nvdd_plugins.dynamics.base import BaseDynamics
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
-__all__ = ["FIRE"]
+__all__ = ["FIRE", "FIRESettings"]
 
 VELOCITY_FIELD = "fire_velocities"
 
-# nvalchemi's spellings of FIRE's parameters (same meaning and units)
-NVALCHEMI_NAMES = {"f_alpha": "fa", "f_inc": "finc"}
+# nvalchemi's keyword arguments of FIRE and what nvdd takes instead
+_NVALCHEMI_NAMES = {"f_alpha": "fa", "f_inc": "finc", "dt_max": "dtmax"}
 
 
-def accepts_nvalchemi_names(init: Callable[..., None]) -> Callable[..., None]:
-    """`init` that also takes nvalchemi's spellings of its keyword arguments
-    (`NVALCHEMI_NAMES`), and refuses its `dt_max`, which was in ASE time units, not fs."""
+@dataclass(frozen=True)
+class FIRESettings:
+    """ASE's FIRE step and mixing constants (`ase.optimize.FIRE`'s names, times in fs).
+
+    Attributes:
+        maxstep: longest displacement of the whole system per step, Å (ASE's rule: the
+            norm over all atoms).
+        dtmax: largest step, fs (ASE's default 1.0 ASE time units).
+        n_min, finc, fdec, astart, fa: ASE's `Nmin`, `finc`, `fdec`, `astart`, `fa`.
+    """
+
+    maxstep: float = 0.2
+    dtmax: float = 1.0 / ase.units.fs
+    n_min: int = 5
+    finc: float = 1.1
+    fdec: float = 0.5
+    astart: float = 0.1
+    fa: float = 0.99
+
+
+def refuses_nvalchemi_names(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` that answers nvalchemi's FIRE keyword arguments (`f_alpha`, `f_inc`, `dt_max`)
+    with a `TypeError` saying what to write instead."""
 
     @functools.wraps(init)
-    def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
-        if "dt_max" in kwargs:
-            raise TypeError(
-                f"{type(self).__name__} takes dt and dtmax in fs, not dt_max in ASE time units: "
-                "pass dtmax=dt_max / ase.units.fs (and dt in fs too)"
-            )
-        for other, name in NVALCHEMI_NAMES.items():
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        for other, name in _NVALCHEMI_NAMES.items():
             if other in kwargs:
-                if name in kwargs:
-                    raise TypeError(f"{type(self).__name__} got both {other} and {name}")
-                kwargs[name] = kwargs.pop(other)
+                unit = " / ase.units.fs (in fs, as dt)" if other == "dt_max" else ""
+                raise TypeError(
+                    f"{type(self).__name__} takes its step and mixing constants as "
+                    f"settings=FIRESettings(...): pass settings=FIRESettings({name}={other}"
+                    f"{unit}) instead of {other}="
+                )
         init(self, *args, **kwargs)
 
-    return renamed
+    return checked
 
 
 class FIRE(BaseDynamics):
@@ -58,39 +77,25 @@ class FIRE(BaseDynamics):
         model: the model wrapper.
         dt: initial step, fs (ASE's default 0.1 ASE time units).
         fmax: convergence threshold on the largest atomic force, eV/Å.
-        maxstep: longest displacement of the whole system per step, Å (ASE's rule: the norm
-            over all atoms).
-        dtmax: largest step, fs (ASE's default 1.0 ASE time units).
-        n_min, finc, fdec, astart, fa: ASE's `Nmin`, `finc`, `fdec`, `astart`, `fa`
-            (`f_inc` and `f_alpha` are accepted for `finc` and `fa`).
+        settings: ASE's step and mixing constants (default `FIRESettings()`).
     """
 
     global_convergence = True
 
-    @accepts_nvalchemi_names
+    @refuses_nvalchemi_names
     def __init__(
         self,
         model: BaseModelMixin,
         dt: float = 0.1 / ase.units.fs,
         fmax: float = 0.05,
-        maxstep: float = 0.2,
-        dtmax: float = 1.0 / ase.units.fs,
-        n_min: int = 5,
-        finc: float = 1.1,
-        fdec: float = 0.5,
-        astart: float = 0.1,
-        fa: float = 0.99,
+        settings: FIRESettings | None = None,
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
         super().__init__(model, dt, hooks, skin)
         self.fmax = float(fmax)
-        self.maxstep = float(maxstep)
-        self.dtmax = float(dtmax)
-        self.n_min = int(n_min)
-        self.finc, self.fdec = float(finc), float(fdec)
-        self.astart, self.fa = float(astart), float(fa)
-        self.a = self.astart
+        self.settings = FIRESettings() if settings is None else settings
+        self.a = self.settings.astart
         self.n_positive = 0  # ASE's Nsteps: steps since v·f was last <= 0
         self.started = False
         self.sums: dict[str, float] | None = None  # the last reduction
@@ -142,7 +147,8 @@ class FIRE(BaseDynamics):
             batch.add_node_property(VELOCITY_FIELD, velocities)
         dt = self.dt * ase.units.fs
         length = dt * math.sqrt(speed2)
-        factor = dt * (self.maxstep / length if length > self.maxstep else 1.0)
+        maxstep = self.settings.maxstep
+        factor = dt * (maxstep / length if length > maxstep else 1.0)
         self.move(batch, factor, keep, push)
 
     def _mixing(self, sums: dict[str, float]) -> tuple[float, float]:
@@ -151,16 +157,17 @@ class FIRE(BaseDynamics):
             self.started = True
             return 0.0, self.dt * ase.units.fs
         vf, vv, ff = sums["vf"], sums["vv"], sums["ff"]
+        constants = self.settings
         if vf > 0.0:
             keep, toward_force = 1.0 - self.a, self.a * math.sqrt(vv) / math.sqrt(ff)
-            if self.n_positive > self.n_min:
-                self.dt = min(self.dt * self.finc, self.dtmax)
-                self.a *= self.fa
+            if self.n_positive > constants.n_min:
+                self.dt = min(self.dt * constants.finc, constants.dtmax)
+                self.a *= constants.fa
             self.n_positive += 1
         else:
             keep, toward_force = 0.0, 0.0
-            self.a = self.astart
-            self.dt *= self.fdec
+            self.a = constants.astart
+            self.dt *= constants.fdec
             self.n_positive = 0
         return keep, toward_force + self.dt * ase.units.fs
 

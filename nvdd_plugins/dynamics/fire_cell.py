@@ -9,7 +9,7 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.fire import FIRE
+from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
@@ -42,12 +42,11 @@ class VariableCellFIRE(FIRE):
         fmax: float = 0.05,
         pressure: float = 0.0,
         cell_factor: float | None = None,
-        maxstep: float = 0.2,
-        dtmax: float = 1.0 / ase.units.fs,
+        settings: FIRESettings | None = None,
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
-        super().__init__(model, dt, fmax, maxstep, dtmax, hooks=hooks, skin=skin)
+        super().__init__(model, dt, fmax, settings, hooks=hooks, skin=skin)
         self.pressure = float(pressure)
         self.cell_factor = None if cell_factor is None else float(cell_factor)
         self.cell0: torch.Tensor | None = None

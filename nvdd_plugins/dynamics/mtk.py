@@ -12,6 +12,7 @@ and ghosts, migrating atoms to their new owners).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ase.units
@@ -30,7 +31,26 @@ from nvdd_plugins.dynamics.kinetic import KineticDynamics
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
-__all__ = ["NPH", "NPT"]
+__all__ = ["NPH", "NPT", "MTKParameters"]
+
+
+@dataclass(frozen=True)
+class MTKParameters:
+    """The time scales and chains of ASE's MTK dynamics (its names, times in fs).
+
+    Attributes:
+        tdamp: thermostat time scale, fs (typically 100 × dt).
+        pdamp: barostat time scale, fs (typically 1000 × dt; sets the barostat mass).
+        tchain, pchain: thermostat / barostat chain lengths.
+        tloop, ploop: their sub-steps per half step.
+    """
+
+    tdamp: float
+    pdamp: float
+    tchain: int = 3
+    pchain: int = 3
+    tloop: int = 1
+    ploop: int = 1
 
 
 class NPT(KineticDynamics):
@@ -42,10 +62,7 @@ class NPT(KineticDynamics):
         dt: time step, fs.
         temperature: target temperature, K (also sets the barostat mass).
         pressure: target pressure, eV/Å³ (ASE's `pressure_au`; 1 GPa = `ase.units.GPa`).
-        tdamp: thermostat time scale, fs (typically 100 × dt).
-        pdamp: barostat time scale, fs (typically 1000 × dt).
-        tchain, pchain: thermostat / barostat chain lengths.
-        tloop, ploop: their sub-steps per half step.
+        mtk: the thermostat and barostat time scales and chains (`MTKParameters`).
         anisotropic: all nine cell components move (else the cell scales uniformly).
     """
 
@@ -58,26 +75,19 @@ class NPT(KineticDynamics):
         dt: float,
         temperature: float,
         pressure: float,
-        tdamp: float,
-        pdamp: float,
-        tchain: int = 3,
-        pchain: int = 3,
-        tloop: int = 1,
-        ploop: int = 1,
+        mtk: MTKParameters,
         anisotropic: bool = False,
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
         super().__init__(model, dt, hooks, skin, kinetic_tensor=anisotropic)
-        if temperature < 0 or not pdamp > 0 or (self.thermostatted and not tdamp > 0):
+        if temperature < 0 or not mtk.pdamp > 0 or (self.thermostatted and not mtk.tdamp > 0):
             raise ValueError("need temperature >= 0 K and tdamp, pdamp > 0 fs")
-        if min(tchain, pchain, tloop, ploop) < 1:
+        if min(mtk.tchain, mtk.pchain, mtk.tloop, mtk.ploop) < 1:
             raise ValueError("chain lengths and loops must be >= 1")
         self.temperature = float(temperature)
         self.pressure = float(pressure)
-        self.tdamp, self.pdamp = float(tdamp), float(pdamp)
-        self.tchain, self.pchain = int(tchain), int(pchain)
-        self.tloop, self.ploop = int(tloop), int(ploop)
+        self.mtk = mtk
         self.anisotropic = bool(anisotropic)
         self.barostat: CellBarostat | None = None
         self.thermostat: NoseHooverChain | None = None
@@ -94,17 +104,18 @@ class NPT(KineticDynamics):
         the global atom count)."""
         if self.barostat is None:
             kt = ase.units.kB * self.temperature
-            pdamp = self.pdamp * ase.units.fs
+            mtk = self.mtk
+            pdamp = mtk.pdamp * ase.units.fs
             kind = FlexibleCell if self.anisotropic else IsotropicCell
             self.barostat = kind(cell, atoms, kt, pdamp, self.pressure)
             if self.thermostatted:
-                tdamp = self.tdamp * ase.units.fs
+                tdamp = mtk.tdamp * ase.units.fs
                 dof = 3.0 * atoms
                 self.thermostat = NoseHooverChain.with_damping(
-                    dof, kt, tdamp, self.tchain, dof, self.tloop
+                    dof, kt, tdamp, mtk.tchain, dof, mtk.tloop
                 )
                 self.barostat_chain = barostat_chain(
-                    self.barostat, kt, pdamp, self.pchain, self.ploop
+                    self.barostat, kt, pdamp, mtk.pchain, mtk.ploop
                 )
         return self.barostat
 
@@ -223,8 +234,7 @@ class NPH(NPT):
             dt,
             temperature,
             pressure,
-            tdamp=0.0,
-            pdamp=pdamp,
+            MTKParameters(tdamp=0.0, pdamp=pdamp),
             anisotropic=anisotropic,
             hooks=hooks,
             skin=skin,

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from nvdd_plugins.native import neighbor_pairs_native
+from nvdd_plugins.native import PairSearch, neighbor_pairs_native
 
 from .cell import PbcLike, _as_pbc, complete_cell, perpendicular_widths, rows_times_3x3
-from .cell_grid import BinGrid, build_bin_grid, with_periodic_images
+from .cell_grid import build_bin_grid, with_periodic_images
 
 __all__ = ["NeighborList", "build_neighbor_list"]
 
@@ -98,19 +98,11 @@ def _chunk_bounds(count_per_query: torch.Tensor, max_candidates: int) -> list[tu
 
 
 def _chunk_edges(
-    positions: torch.Tensor,
-    cell: torch.Tensor | None,
-    image: torch.Tensor,
-    grid: BinGrid,
-    q0: int,
-    q1: int,
-    n_candidates: int,
-    reach: float,
-    cutoff: float,
-    touching: int,
+    search: PairSearch, q0: int, q1: int, n_candidates: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(edge_index, unit_shifts, shifts)`` of the queries ``q0 <= i < q1`` with ``i`` or
-    ``j`` below ``touching``, in list order."""
+    ``j`` below ``search.touching``, in list order."""
+    positions, cell, grid, reach = search.positions, search.cell, search.grid, search.reach
     device = positions.device
     columns = grid.start.shape[1]
     counts = grid.count[q0:q1].reshape(-1)
@@ -127,15 +119,16 @@ def _chunk_edges(
     point = point.index_select(0, near)
     i = (slot.index_select(0, near) // columns + q0).long()
     j = grid.sorted_atom.index_select(0, point)
-    unit = grid.sorted_unit.index_select(0, point) + image.index_select(0, i)
+    unit = grid.sorted_unit.index_select(0, point) + search.image.index_select(0, i)
     if cell is None:
         shift = torch.zeros(unit.shape, dtype=positions.dtype, device=device)
     else:
         shift = rows_times_3x3(unit, cell)
     vectors = positions.index_select(0, j) - positions.index_select(0, i) + shift
-    keep = (torch.linalg.vector_norm(vectors, dim=1) < cutoff) & (
+    keep = (torch.linalg.vector_norm(vectors, dim=1) < search.cutoff) & (
         point != grid.own_slot.index_select(0, i)
     )
+    touching = search.touching
     if touching < positions.shape[0]:
         keep &= (i < touching) | (j < touching)
     keep = keep.nonzero().squeeze(1)
@@ -218,29 +211,14 @@ def build_neighbor_list(
     ext = with_periodic_images(positions, full_cell, periodic, widths, reach)
     grid = build_bin_grid(ext, _BINS_PER_CUTOFF, reach)
     lattice = cell if full_cell is not None else None
-    native = neighbor_pairs_native(
-        grid.start,
-        grid.count,
-        grid.sorted_pos,
-        grid.query_pos,
-        grid.sorted_atom,
-        grid.sorted_unit,
-        grid.own_slot,
-        ext.image,
-        positions,
-        lattice,
-        reach,
-        cutoff,
-        touching,
-    )
+    search = PairSearch(positions, lattice, ext.image, grid, reach, cutoff, touching)
+    native = neighbor_pairs_native(search)
     if native is not None:
         return NeighborList(*native)
     if max_candidates is None:
         max_candidates = _default_max_candidates(device)
     chunks = [
-        _chunk_edges(
-            positions, lattice, ext.image, grid, q0, q1, n_candidates, reach, cutoff, touching
-        )
+        _chunk_edges(search, q0, q1, n_candidates)
         for q0, q1, n_candidates in _chunk_bounds(grid.count.sum(dim=1), max_candidates)
     ]
     if not chunks:

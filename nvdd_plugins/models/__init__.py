@@ -15,14 +15,16 @@ from nvdd_plugins.models.base import (
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
-from nvdd_plugins.models.mace import MACEWrapper, random_mace
+from nvdd_plugins.models.mace import MACEArchitecture, MACEWrapper, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
 from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
-from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.uma import UMAWrapper
+from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
     new_pair_leaf,
@@ -40,6 +42,7 @@ __all__ = [
     "BornMayerHuggins",
     "Ewald",
     "LennardJonesModel",
+    "MACEArchitecture",
     "MACEWrapper",
     "ModelConfig",
     "ModelEvaluator",
@@ -49,8 +52,10 @@ __all__ = [
     "NequIPWrapper",
     "RadiusGraphMPNN",
     "RigidIonModel",
+    "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "UMAWrapper",
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",
@@ -63,5 +68,8 @@ __all__ = [
     "random_mace",
     "random_nequip",
     "random_sevennet",
+    "random_uma",
     "rigid_ion_spec",
+    "save_uma_checkpoint",
+    "uma_config",
 ]

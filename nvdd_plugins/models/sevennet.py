@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -148,16 +148,24 @@ def sevennet_spec(n_layers: int | None = None) -> MLIPSpec:
     return replace(SPEC_MPNN_HALO, distribution=distribution, n_layers=n_layers)
 
 
+@dataclass(frozen=True)
+class SevenNetArchitecture:
+    """The sizes of a `random_sevennet` model: node feature `channels`, `lmax`, the number
+    of convolutions, the radial network's hidden widths and the convolution denominator."""
+
+    channels: int = 4
+    lmax: int = 1
+    num_convolutions: int = 2
+    radial_hidden: tuple[int, ...] = (8,)
+    avg_num_neighbors: float = 12.0
+
+
 def random_sevennet(
     species: Sequence[int],
     cutoff: float = 4.5,
-    channels: int = 4,
-    lmax: int = 1,
-    num_convolutions: int = 2,
-    radial_hidden: Sequence[int] = (8,),
+    architecture: SevenNetArchitecture = SevenNetArchitecture(),
     shift: Sequence[float] | None = None,
     scale: Sequence[float] | None = None,
-    avg_num_neighbors: float = 12.0,
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
 ) -> nn.Module:
@@ -173,11 +181,11 @@ def random_sevennet(
     config.update(
         {
             keys.CUTOFF: float(cutoff),
-            keys.NODE_FEATURE_MULTIPLICITY: channels,
-            keys.LMAX: lmax,
-            keys.NUM_CONVOLUTION: num_convolutions,
-            keys.CONVOLUTION_WEIGHT_NN_HIDDEN_NEURONS: list(radial_hidden),
-            keys.CONV_DENOMINATOR: float(avg_num_neighbors),
+            keys.NODE_FEATURE_MULTIPLICITY: architecture.channels,
+            keys.LMAX: architecture.lmax,
+            keys.NUM_CONVOLUTION: architecture.num_convolutions,
+            keys.CONVOLUTION_WEIGHT_NN_HIDDEN_NEURONS: list(architecture.radial_hidden),
+            keys.CONV_DENOMINATOR: float(architecture.avg_num_neighbors),
             keys.NUM_SPECIES: n,
             keys.TYPE_MAP: {int(z): i for i, z in enumerate(species)},
             keys.SHIFT: [0.0] * n if shift is None else [float(s) for s in shift],

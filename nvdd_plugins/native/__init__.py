@@ -5,9 +5,10 @@ apply, and its caller then runs its vectorised torch code (the same edges in the
 LJ sums equal to rounding)."""
 
 from .build import cache_dir, native_enabled, native_library
-from .kernels import bin_grid_native, lennard_jones_native, neighbor_pairs_native
+from .kernels import PairSearch, bin_grid_native, lennard_jones_native, neighbor_pairs_native
 
 __all__ = [
+    "PairSearch",
     "bin_grid_native",
     "cache_dir",
     "lennard_jones_native",

@@ -5,12 +5,14 @@ their torch code."""
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .build import native_enabled, native_library
 
-__all__ = ["bin_grid_native", "lennard_jones_native", "neighbor_pairs_native"]
+__all__ = ["PairSearch", "bin_grid_native", "lennard_jones_native", "neighbor_pairs_native"]
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 _HUGE_PAGE = 2 << 20
@@ -85,36 +87,42 @@ def bin_grid_native(
     return order, own_slot, start, count
 
 
+@dataclass(frozen=True)
+class PairSearch:
+    """One neighbour search as `geometry.neighbor_list` sets it up: the atoms' `positions`,
+    the `cell` (None without periodic axes), each extended point's lattice `image`, the
+    `grid` (geometry's `BinGrid`), the candidate `reach` and the `cutoff` (Å), and
+    `touching` (pairs with an end below it are kept)."""
+
+    positions: torch.Tensor
+    cell: torch.Tensor | None
+    image: torch.Tensor
+    grid: Any
+    reach: float
+    cutoff: float
+    touching: int
+
+
 def neighbor_pairs_native(
-    start: torch.Tensor,
-    count: torch.Tensor,
-    sorted_pos: torch.Tensor,
-    query_pos: torch.Tensor,
-    sorted_atom: torch.Tensor,
-    sorted_unit: torch.Tensor,
-    own_slot: torch.Tensor,
-    image: torch.Tensor,
-    positions: torch.Tensor,
-    cell: torch.Tensor | None,
-    reach: float,
-    cutoff: float,
-    touching: int,
+    search: PairSearch,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """`(edge_index, unit_shifts, shifts)` of every query of a `BinGrid` (fields as there;
-    `query_pos` (Q, 3) the queries' extended positions) with an end below `touching`, in the
-    order of `geometry.neighbor_list`'s vectorised search; None where the native code does not
-    apply."""
+    """`(edge_index, unit_shifts, shifts)` of every query of the search's grid with an end
+    below `touching`, in the order of `geometry.neighbor_list`'s vectorised search; None where
+    the native code does not apply."""
+    grid, positions, cell = search.grid, search.positions, search.cell
+    sorted_pos, query_pos = grid.sorted_pos, grid.query_pos
     function = _function("nvdd_neighbor_pairs", positions, sorted_pos, query_pos)
     if function is None or sorted_pos.dtype != positions.dtype:
         return None
-    start, count = start.contiguous().int(), count.contiguous().int()
-    arrays = [sorted_pos, query_pos, sorted_atom, sorted_unit, own_slot, image, positions]
+    start, count = grid.start.contiguous().int(), grid.count.contiguous().int()
+    arrays = [sorted_pos, query_pos, grid.sorted_atom, grid.sorted_unit, grid.own_slot]
+    arrays += [search.image, positions]
     arrays = [a.contiguous() for a in arrays]
     if cell is not None:
         cell = cell.to(positions.dtype).contiguous()
     n_queries, columns = start.shape
-    head = (0, n_queries, columns, touching, start.data_ptr(), count.data_ptr())
-    inputs = (*head, *(a.data_ptr() for a in arrays), _address(cell), reach, cutoff)
+    head = (0, n_queries, columns, search.touching, start.data_ptr(), count.data_ptr())
+    inputs = (*head, *(a.data_ptr() for a in arrays), _address(cell), search.reach, search.cutoff)
     # Room for every candidate: only the rows written are ever paged in; the results are views
     # of their first rows.
     room = int(count.sum())

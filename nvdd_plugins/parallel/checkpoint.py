@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator, local_device
+from nvdd_plugins.comm import local_device
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.decomposition import DecompositionFrame, StaggeredCuts
-from nvdd_plugins.distributed_model import HaloDomain
+from nvdd_plugins.distributed_model import DistributedModel
 from nvdd_plugins.dynamics import BaseDynamics
 from nvdd_plugins.errors import raised_on_every_rank
 from nvdd_plugins.parallel.checkpoint_file import (
@@ -59,12 +59,12 @@ def save_domain_checkpoint(
     path: CheckpointPath,
     owned: Batch,
     dynamics: BaseDynamics,
-    domain: HaloDomain,
-    comm: Communicator,
+    model: DistributedModel,
 ) -> None:
     """Gather the run's state by global id and write it to `path` on rank 0 (collective;
     written to a temporary file first, then renamed). Every rank raises if writing fails."""
-    state = domain.checkpoint_state()
+    comm = model.comm
+    state = model.domain.checkpoint_state()
     reference = state["reference"]
     usable = reference is not None and reference[0].shape == owned.positions.shape
     flag = torch.tensor([1.0 if usable else 0.0])
@@ -132,17 +132,18 @@ def _content(
 def restore_domain_checkpoint(
     path: CheckpointPath,
     dynamics: BaseDynamics,
-    domain: HaloDomain,
-    comm: Communicator,
+    model: DistributedModel,
     device: torch.device | str | None = None,
 ) -> Batch:
-    """Read `path` on rank 0 and resume from it at this mesh's rank count (collective): the
-    decomposition and the view of the last rebuild, the integrator's state, and this rank's
+    """Read `path` on rank 0 and resume `model` from it at its mesh's rank count
+    (collective): the decomposition and the view of the last rebuild (rebuilt through
+    `model.rebuild`, as the saved run built it), the integrator's state, and this rank's
     owned atoms, returned as a single-system `Batch` sorted by global id on `device` (default:
     the saved run's device type; CUDA means this process's current GPU).
 
     Raises `FileNotFoundError` (no such file) or `CheckpointFormatError` on every rank.
     """
+    comm, domain = model.comm, model.domain
     content, problem = None, None
     if comm.rank == 0:
         try:
@@ -181,10 +182,8 @@ def restore_domain_checkpoint(
     if not same_layout:  # another rank count or grid: cuts balanced afresh
         domain.balance_from_root(where)
     if comm.rank == 0:
-        if same_layout:
-            owner = content["decomposition"]["owner"]
-        else:
-            owner = domain.owners(where, cell).cpu()
+        saved = content["decomposition"]["owner"]
+        owner = saved if same_layout else model.owners(where, cell).cpu()
     received = {
         name: value.to(target)
         for name, value in comm.scatter_rows(per_atom, owner, meta["schema"]).items()
@@ -203,7 +202,7 @@ def restore_domain_checkpoint(
             {"cell": reference_cell.reshape(1, 3, 3).clone().to(target), "pbc": system["pbc"]},
             ptr,
         )
-        domain.build(at_rebuild)
+        model.rebuild(at_rebuild)
     owned = Batch(received, {}, system, ptr)
 
     if meta["dynamics"]["class"] != type(dynamics).__name__:

@@ -132,7 +132,7 @@ class DomainParallel:
         device = local_device(device)
         owner, parts = None, {}
         if self.comm.rank == 0:
-            owner = self.model.domain.owners(full.positions, full.cell[0])
+            owner = self.model.owners(full.positions, full.cell[0])
             parts = dict(full.fields(FieldLevel.NODE))
         received = self.comm.scatter_rows(parts, owner, nodes)
         fields = {name: value.to(device) for name, value in received.items()}
@@ -164,7 +164,7 @@ class DomainParallel:
         """Write the run's state to one file on rank 0 (collective): the full system by global
         id, the integrator's `state_dict()` and the decomposition and neighbour-list state."""
         owned = self._owned(None)
-        save_domain_checkpoint(path, owned, self.dynamics, self.model.domain, self.comm)
+        save_domain_checkpoint(path, owned, self.dynamics, self.model)
 
     @notes_failures
     def restore_checkpoint(
@@ -173,8 +173,7 @@ class DomainParallel:
         """Resume a saved run instead of `partition()`, at any rank count (collective); at
         the saved rank count the run continues bit-identically. Returns this rank's owned
         atoms (on `device`, default the saved run's device type)."""
-        domain = self.model.domain
-        self.batch = restore_domain_checkpoint(path, self.dynamics, domain, self.comm, device)
+        self.batch = restore_domain_checkpoint(path, self.dynamics, self.model, device)
         return self.batch
 
     # -- stepping -------------------------------------------------------------------------
@@ -266,7 +265,7 @@ class DomainParallel:
             self.comm.rank,
             steps,
             elapsed,
-            self.model.domain.rebuilds,
+            self.model.rebuilds,
         )
         return batch
 

@@ -10,7 +10,7 @@ from ase.filters import UnitCellFilter
 from ase.optimize import FIRE as AseFIRE
 
 from nvdd_plugins import Batch
-from nvdd_plugins.dynamics import FIRE, VariableCellFIRE
+from nvdd_plugins.dynamics import FIRE, FIRESettings, VariableCellFIRE
 from tests.helpers.ase_reference import ase_lj
 from tests.helpers.systems import lj_model, triclinic_bulk
 
@@ -39,7 +39,7 @@ def test_maxstep_caps_the_whole_displacement() -> None:
     ase_opt.run(fmax=1e-2, steps=3)
     batch = Batch.from_atoms(atoms)
     start = batch.positions.clone()
-    optimizer = FIRE(lj_model(), fmax=1e-2, maxstep=0.01)
+    optimizer = FIRE(lj_model(), fmax=1e-2, settings=FIRESettings(maxstep=0.01))
     optimizer.step(batch)
     assert abs(float((batch.positions - start).norm()) - 0.01) < 1e-12
     optimizer.run(batch, 2)

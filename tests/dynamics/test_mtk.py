@@ -11,11 +11,12 @@ import pytest
 from ase.md.nose_hoover_chain import MTKNPT, IsotropicMTKNPT
 
 from nvdd_plugins import Batch
-from nvdd_plugins.dynamics import NPH, NPT, ThermoLogger
+from nvdd_plugins.dynamics import NPH, NPT, MTKParameters, ThermoLogger
 from tests.helpers.ase_reference import ase_lj, deviation, warm_bulk
 from tests.helpers.systems import lj_model
 
 DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP = 4.0, 150.0, 0.1 * ase.units.GPa, 100.0, 400.0
+MTK = MTKParameters(TDAMP, PDAMP)
 
 
 @pytest.mark.parametrize(("anisotropic", "ase_class"), [(False, IsotropicMTKNPT), (True, MTKNPT)])
@@ -25,9 +26,7 @@ def test_matches_ase_mtk(anisotropic: bool, ase_class) -> None:
     fs = ase.units.fs
     ase_md = ase_class(reference, DT * fs, TEMPERATURE, PRESSURE, TDAMP * fs, PDAMP * fs)
     batch = Batch.from_atoms(atoms)
-    dynamics = NPT(
-        lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP, anisotropic=anisotropic, skin=0.5
-    )
+    dynamics = NPT(lj_model(), DT, TEMPERATURE, PRESSURE, MTK, anisotropic=anisotropic, skin=0.5)
     ase_md.run(200)
     dynamics.run(batch, 200)
     assert reference.get_volume() > 1.3 * atoms.get_volume(), "the cell must move"
@@ -54,7 +53,7 @@ def test_nph_conserves_enthalpy(anisotropic: bool) -> None:
 @pytest.mark.parametrize("anisotropic", [False, True])
 def test_state_dict_round_trip_continues_identically(anisotropic: bool) -> None:
     def npt() -> NPT:
-        return NPT(lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP, anisotropic=anisotropic)
+        return NPT(lj_model(), DT, TEMPERATURE, PRESSURE, MTK, anisotropic=anisotropic)
 
     straight, batch = npt(), Batch.from_atoms(warm_bulk())
     straight.run(batch, 20)
@@ -72,13 +71,13 @@ def test_needs_a_cell_and_stress() -> None:
     atoms.set_cell([0.0, 0.0, 0.0])
     atoms.pbc = False
     with pytest.raises(ValueError, match="3-D cell"):
-        NPT(lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP).run(Batch.from_atoms(atoms), 1)
+        NPT(lj_model(), DT, TEMPERATURE, PRESSURE, MTK).run(Batch.from_atoms(atoms), 1)
 
 
 def test_thermo_logger_prints_volume_and_pressure() -> None:
     atoms = warm_bulk()
     stream = io.StringIO()
-    dynamics = NPT(lj_model(), DT, TEMPERATURE, PRESSURE, TDAMP, PDAMP)
+    dynamics = NPT(lj_model(), DT, TEMPERATURE, PRESSURE, MTK)
     dynamics.attach(ThermoLogger(frequency=5, stream=stream, cell=True))
     batch = Batch.from_atoms(atoms)
     dynamics.run(batch, 5)

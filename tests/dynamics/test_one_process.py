@@ -12,7 +12,7 @@ from ase import Atoms
 from nvdd_plugins import AtomicData, Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model import NonFiniteError
-from nvdd_plugins.dynamics import NPT, NVE, BaseDynamics, VariableCellFIRE
+from nvdd_plugins.dynamics import NPT, NVE, BaseDynamics, MTKParameters, VariableCellFIRE
 from nvdd_plugins.models import ModelEvaluator
 from tests.helpers.oracle import ENERGY_PER_ATOM_TOL, FORCES_TOL, on_the_oracle
 from tests.helpers.systems import (
@@ -118,8 +118,7 @@ CELL_CHANGES = {
         MD_DT_FS,
         400.0,
         0.1 * ase.units.GPa,
-        100.0,
-        400.0,
+        MTKParameters(tdamp=100.0, pdamp=400.0),
         anisotropic=True,
         skin=MD_SKIN,
     ),

@@ -14,13 +14,13 @@ pytest.importorskip("mace")
 
 from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import SimulatedCommunicator, run_simulated
-from nvdd_plugins.models import MACEWrapper, evaluate_model, random_mace
+from nvdd_plugins.models import MACEArchitecture, MACEWrapper, evaluate_model, random_mace
 
 pytestmark = pytest.mark.mace
 
 
 def _small_mace(seed: int = 0) -> MACEWrapper:
-    return MACEWrapper(random_mace([18], hidden_irreps="8x0e+8x1o", max_ell=1, seed=seed))
+    return MACEWrapper(random_mace([18], architecture=MACEArchitecture(max_ell=1), seed=seed))
 
 
 def test_simulated_ranks_building_compiled_mace_share_one_preparation() -> None:

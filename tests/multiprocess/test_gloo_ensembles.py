@@ -8,7 +8,7 @@ import pytest
 
 from nvdd_plugins import Batch
 from nvdd_plugins.comm import Communicator
-from nvdd_plugins.dynamics import FIRE, NPT, NoseHoover
+from nvdd_plugins.dynamics import FIRE, NPT, MTKParameters, NoseHoover
 from tests.helpers.ensembles import (
     domain_parallel,
     max_deviation,
@@ -25,7 +25,13 @@ CASES = {
     "nose_hoover": (lambda m: NoseHoover(m, MD_DT_FS, 300.0, 100.0, skin=MD_SKIN), hot_bulk),
     "npt_anisotropic": (
         lambda m: NPT(
-            m, MD_DT_FS, 300.0, 0.1 * ase.units.GPa, 100.0, 400.0, anisotropic=True, skin=MD_SKIN
+            m,
+            MD_DT_FS,
+            300.0,
+            0.1 * ase.units.GPa,
+            MTKParameters(100.0, 400.0),
+            anisotropic=True,
+            skin=MD_SKIN,
         ),
         hot_bulk,
     ),

@@ -76,3 +76,14 @@ def test_nequip_and_allegro_under_mpirun() -> None:
     """2 ranks (1, 2 and 4 real ranks: tests/multiprocess/test_gloo_nequip.py)."""
     output = run_mpi(2, NEQUIP, timeout=300)
     assert output.count("NEQUIP ASE OK") == 2, output
+
+
+UMA = Path(__file__).parent / "mpi_scripts" / "ase_uma.py"
+
+
+@pytest.mark.uma
+@pytest.mark.skipif(importlib.util.find_spec("fairchem") is None, reason="needs fairchem-core")
+def test_uma_under_mpirun() -> None:
+    """2 ranks (1, 2 and 4 real ranks: tests/multiprocess/test_gloo_uma.py)."""
+    output = run_mpi(2, UMA, timeout=300)
+    assert output.count("UMA ASE OK") == 2, output

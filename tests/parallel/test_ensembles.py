@@ -8,7 +8,15 @@ import pytest
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import run_simulated
-from nvdd_plugins.dynamics import FIRE, NPH, NPT, NoseHoover, VariableCellFIRE, local_sums
+from nvdd_plugins.dynamics import (
+    FIRE,
+    NPH,
+    NPT,
+    MTKParameters,
+    NoseHoover,
+    VariableCellFIRE,
+    local_sums,
+)
 from tests.helpers.ensembles import (
     domain_parallel,
     final_state,
@@ -20,12 +28,13 @@ from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, triclin
 
 N_STEPS = 200
 PRESSURE = 0.1 * ase.units.GPa
+MTK = MTKParameters(tdamp=100.0, pdamp=400.0)
 
 ENSEMBLES = {
     "nose_hoover": lambda m: NoseHoover(m, MD_DT_FS, 300.0, tdamp=100.0, skin=MD_SKIN),
-    "npt": lambda m: NPT(m, MD_DT_FS, 300.0, PRESSURE, 100.0, 400.0, skin=MD_SKIN),
+    "npt": lambda m: NPT(m, MD_DT_FS, 300.0, PRESSURE, MTK, skin=MD_SKIN),
     "npt_anisotropic": lambda m: NPT(
-        m, MD_DT_FS, 300.0, PRESSURE, 100.0, 400.0, anisotropic=True, skin=MD_SKIN
+        m, MD_DT_FS, 300.0, PRESSURE, MTK, anisotropic=True, skin=MD_SKIN
     ),
     "nph": lambda m: NPH(m, MD_DT_FS, PRESSURE, 400.0, 300.0, anisotropic=True, skin=MD_SKIN),
 }

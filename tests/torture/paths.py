@@ -33,6 +33,7 @@ from tests.torture.zoo import (
     MACE_SPECIES,
     SPECIES,
     aimnet_available,
+    fairchem_available,
     mace_available,
     nequip_available,
     sevenn_available,
@@ -397,6 +398,8 @@ def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:
         outcome = Outcome(case, "skip", detail="sevenn is not importable")
     elif case.model.kind in ("nequip", "allegro") and not nequip_available():
         outcome = Outcome(case, "skip", detail="nequip or nequip-allegro is not installed")
+    elif case.model.kind == "uma" and not fairchem_available():
+        outcome = Outcome(case, "skip", detail="fairchem-core is not installed")
     elif case.model.kind == "aimnet2" and not aimnet_available():
         outcome = Outcome(case, "skip", detail="aimnet is not installed")
     else:

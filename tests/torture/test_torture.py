@@ -160,6 +160,19 @@ def test_nequip_case(seed: int, kind: str) -> None:
     _check(replace(case, n_atoms=len(case.atoms())))
 
 
+UMA_PATHS = SEVENNET_PATHS
+UMA_SEEDS = (8002, 8005, 8009, 8020)
+"""Drawn cases with the zoo's UMA (fairchem's eSCN-MD, make install-uma) in place of the
+drawn model: replicated, ASE and graph partition as for SevenNet."""
+
+
+@pytest.mark.uma
+@pytest.mark.parametrize("seed", UMA_SEEDS)
+def test_uma_case(seed: int) -> None:
+    case = replace(_case(seed, UMA_PATHS), model=ModelSpec("uma", 4.5, seed=seed))
+    _check(replace(case, n_atoms=len(case.atoms())))
+
+
 def _regular_imbalance(case: Case) -> float:
     """max / mean owned atoms of the case's system on the regular grid."""
     atoms = case.atoms()

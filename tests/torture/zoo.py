@@ -248,7 +248,8 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 @dataclass(frozen=True)
 class ModelSpec:
     """A zoo model: `kind` in MODEL_KINDS, "sevennet", "aimnet2", "nequip" (2 convolutions)
-    or "allegro" (2 layers, strictly local: one cutoff of ghosts), its cutoff (Å), and for
+    or "allegro" (2 layers, strictly local: one cutoff of ghosts), "uma" (fairchem's eSCN-MD,
+    2 blocks after its edge-degree embedding: 3 cutoffs), its cutoff (Å), and for
     "mpnn" one op and one target ("receivers"/"senders") per layer; `minimum_image` picks
     minimum-image pair vectors instead of the neighbour list's shifts. Weights are drawn
     from `seed`."""
@@ -270,7 +271,7 @@ class ModelSpec:
         """Message-passing layers: cutoffs an atom's energy can see."""
         if self.kind in ("mpnn", "simple", "radius_graph"):
             return max(1, len(self.ops))
-        if self.kind == "aimnet2":
+        if self.kind in ("aimnet2", "uma"):
             return 3
         return 2 if self.kind in ("mace", "sevennet", "nequip") else 1
 
@@ -328,6 +329,11 @@ class ModelSpec:
             wrapper = models.NequIPWrapper if self.kind == "nequip" else models.AllegroWrapper
             build = models.random_nequip if self.kind == "nequip" else models.random_allegro
             return wrapper(build(SPECIES, cutoff=self.cutoff, seed=self.seed))
+        if self.kind == "uma":
+            from nvdd_plugins.models import UMAWrapper, random_uma, uma_config
+
+            model = random_uma(uma_config(cutoff=self.cutoff), seed=self.seed)
+            return UMAWrapper(model, task_name="omat")
         if self.kind == "aimnet2":
             from tests.helpers.aimnet_models import torture_aimnet2
 
@@ -352,6 +358,11 @@ def sevenn_available() -> bool:
 def nequip_available() -> bool:
     """Whether nequip and nequip-allegro are installed (make install-e3nn)."""
     return all(importlib.util.find_spec(name) is not None for name in ("nequip", "allegro"))
+
+
+def fairchem_available() -> bool:
+    """Whether fairchem-core is installed (make install-uma)."""
+    return importlib.util.find_spec("fairchem") is not None
 
 
 def aimnet_available() -> bool:

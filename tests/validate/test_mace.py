@@ -11,14 +11,14 @@ import pytest
 
 pytest.importorskip("mace")
 
-from nvdd_plugins.models import MACEWrapper, random_mace
+from nvdd_plugins.models import MACEArchitecture, MACEWrapper, random_mace
 from nvdd_plugins.validate import trace_and_validate
 
 pytestmark = pytest.mark.mace
 
 
 def _small_mace(species: int):
-    return random_mace([species], hidden_irreps="8x0e+8x1o", max_ell=1, num_interactions=1)
+    return random_mace([species], architecture=MACEArchitecture(max_ell=1, num_interactions=1))
 
 
 def test_the_one_line_call_validates_a_copper_mace_with_the_compile_rules() -> None:
