@@ -24,8 +24,9 @@ import torch
 from common import fcc_batch, mace_model, median_seconds, write_json
 from mace_cueq import LATTICE, in_backend, plain_mace_step
 
+from nvdd_plugins import ChunkedEvaluator
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import ChunkedEvaluator, MACEWrapper
+from nvdd_plugins.models import MACEWrapper
 
 
 def plain_rate(model: torch.nn.Module, n_atoms: int, repeats: int) -> dict[str, Any]:

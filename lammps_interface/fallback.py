@@ -16,9 +16,9 @@ from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins import Batch
-from nvdd_plugins.comm import Staging
-from nvdd_plugins.models import BaseModelMixin, new_pair_leaf, pair_gradients_of
+from nvdd_plugins.comm import LocalCommunicator, Staging
+from nvdd_plugins.distributed_model import GivenRowsModel, ThickShell
+from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["RedundantBridge", "positions_from_pairs"]
 
@@ -50,7 +50,8 @@ def positions_from_pairs(n_rows: int, edges: np.ndarray, vectors: np.ndarray) ->
 
 
 class RedundantBridge:
-    """Evaluate a model on one rank's rows alone (redundant ghost-shell compute).
+    """Evaluate a model on one rank's rows alone: LAMMPS's layout (`GivenRowsModel`) with a
+    thick ghost shell, so nothing is exchanged and the shell is computed redundantly.
 
     Args:
         model: the nvdd model wrapper (on `staging`'s device).
@@ -70,50 +71,40 @@ class RedundantBridge:
         self.dtype = dtype
         self.n_layers = n_layers
         self.staging = staging if staging is not None else Staging(torch.device("cpu"))
+        self._layout: GivenRowsModel | None = None
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies (owned rows) and forces (-d E_owned / d x_row) of every row, and with
         `pair_forces` the force (d E_owned / d rij) of every listed pair."""
-        energies = np.zeros(rows.ntotal)
-        forces = np.zeros((rows.ntotal, 3))
-        no_pair_forces = np.zeros((rows.pair_i.numel(), 3)) if pair_forces else None
         if rows.nlocal == 0:
-            return RowResults(energies, forces, no_pair_forces)
+            no_pair_forces = np.zeros((rows.pair_i.numel(), 3)) if pair_forces else None
+            return RowResults(np.zeros(rows.ntotal), np.zeros((rows.ntotal, 3)), no_pair_forces)
         self._check_ghost_list(rows)
         edges, vectors = rows.edges(ghost_pairs=True)
         assert vectors is not None, "the fallback needs the rows' pair vectors"
         host_positions = positions_from_pairs(
             rows.ntotal, edges.cpu().numpy(), vectors.cpu().numpy()
         )
-        leaf = self.staging.to_device("positions", host_positions).to(self.dtype)
-        leaf.requires_grad_()
-        pairs = new_pair_leaf(edges.shape[1], leaf) if pair_forces else None
-        shifts = leaf.new_zeros(edges.shape[1], 3)
-        batch = Batch(
-            node={"positions": leaf, "atomic_numbers": rows.numbers},
-            edge={"edge_index": edges, "shifts": shifts if pairs is None else shifts + pairs},
-            system={
-                "cell": leaf.new_zeros(1, 3, 3),
-                "pbc": torch.zeros(1, 3, dtype=torch.bool, device=leaf.device),
-            },
-            ptr=torch.tensor([0, rows.ntotal], device=leaf.device),
-        )
-        inputs = [leaf] if pairs is None else [leaf, pairs]
-        gradients = [None] * len(inputs)  # stay None when no pair reaches an owned atom
-        with torch.enable_grad():
-            owned = self.model(batch)["energies"][: rows.nlocal]
-            if owned.requires_grad:
-                gradients = torch.autograd.grad(owned.sum(), inputs, allow_unused=True)
-        energies[: rows.nlocal] = self.staging.to_host("energies", owned.double())
-        if gradients[0] is not None:
-            forces[:] = -self.staging.to_host("forces", gradients[0].double())
-        if pairs is None:
+        positions = self.staging.to_device("positions", host_positions).to(self.dtype)
+        layout = self._layout_for(rows)
+        ids = torch.arange(rows.ntotal, device=positions.device)
+        view = layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
+        no_cell = positions.new_zeros(1, 3, 3)
+        out = layout(view, positions, no_cell, pair_gradients=pair_forces)
+        energies = self.staging.to_host("energies", out["energies"].double())
+        forces = self.staging.to_host("forces", out["forces"].double())
+        if not pair_forces:
             return RowResults(energies, forces)
-        if gradients[0] is None:
-            return RowResults(energies, forces, no_pair_forces)
-        edge_gradients = pair_gradients_of(gradients[1], pairs, self.model).detach().double()
-        per_pair = rows.pair_forces(edge_gradients, ghost_pairs=True)
+        gradients = out["pair_gradients"][: edges.shape[1]].double()
+        per_pair = rows.pair_forces(gradients, ghost_pairs=True)
         return RowResults(energies, forces, self.staging.to_host("pair_forces", per_pair))
+
+    def _layout_for(self, rows: LocalRows) -> GivenRowsModel:
+        if self._layout is None:
+            padding = int(rows.numbers[0])
+            shell = ThickShell(self.n_layers)
+            self._layout = GivenRowsModel(self.model, LocalCommunicator(), padding, shell=shell)
+        return self._layout
 
     def _check_ghost_list(self, rows: LocalRows) -> None:
         touches_ghost = bool((rows.pair_j[rows.pair_i < rows.nlocal] >= rows.nlocal).any())

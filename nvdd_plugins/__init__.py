@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
-from nvdd_plugins.distributed_model import DistributedModel, OneProcessEvaluator, ReplicatedModel
+from nvdd_plugins.distributed_model import (
+    ChunkedEvaluator,
+    DistributedModel,
+    OneProcessEvaluator,
+    ReplicatedModel,
+)
 from nvdd_plugins.dynamics import set_default_evaluator
 from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
 
@@ -19,6 +24,7 @@ set_default_evaluator(OneProcessEvaluator)
 __all__ = [
     "AtomicData",
     "Batch",
+    "ChunkedEvaluator",
     "DistributedManager",
     "DistributedModel",
     "DomainConfig",

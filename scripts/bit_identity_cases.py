@@ -211,7 +211,7 @@ def chunked(comm: Communicator, model: Any, atoms: Atoms, device: str) -> Output
 
 def chunked_evaluator(comm: Communicator, model: Any, atoms: Atoms, device: str) -> Outputs:
     """One process, ChunkedEvaluator over a 2 x 1 x 1 grid."""
-    from nvdd_plugins.models import ChunkedEvaluator
+    from nvdd_plugins import ChunkedEvaluator
 
     evaluator = ChunkedEvaluator(model, n_layers=_n_layers(model), grid=(2, 1, 1))
     return _evaluate(model, atoms, device, evaluator)

@@ -17,9 +17,9 @@ import argparse
 import ase.build
 import torch
 
-from nvdd_plugins import Batch
+from nvdd_plugins import Batch, ChunkedEvaluator
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import ChunkedEvaluator, MACEWrapper, SimpleMPNN, random_mace
+from nvdd_plugins.models import MACEWrapper, SimpleMPNN, random_mace
 
 
 def crystal(cells: int, device: str, dtype: torch.dtype) -> Batch:

@@ -1,6 +1,6 @@
 """`DistributedModel` (owned atoms that migrate) and `ReplicatedModel` (a system every rank
 holds) over `HaloEngine`, which applies a model's spec on one rank's view, whatever its
-layout."""
+layout; `ChunkedEvaluator`, one system evaluated in spatial chunks one after another."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from nvdd_plugins.distributed_model.call_rules import (
     has_rows,
     is_opaque,
 )
+from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
+from nvdd_plugins.distributed_model.chunked import ChunkedEvaluator
+from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.domain import HaloDomain
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
@@ -20,6 +23,7 @@ from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RU
 from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
 from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.replicated import ReplicatedModel
+from nvdd_plugins.distributed_model.shells import PerLayerRefresh, Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 
@@ -28,19 +32,26 @@ __all__ = [
     "SENTINEL_RULE",
     "CallKind",
     "CallRules",
+    "ChunkPlan",
+    "ChunkedEvaluator",
     "DistributedModel",
     "GivenRowsModel",
     "GraphDomain",
     "HaloDomain",
     "HaloEngine",
     "HaloView",
+    "Leaves",
     "NonFiniteError",
     "OneProcessEvaluator",
     "Padding",
+    "PerLayerRefresh",
     "ReplicatedModel",
+    "Shell",
     "StaleTargets",
     "SubdomainModel",
+    "ThickShell",
     "ViewRows",
+    "Wanted",
     "has_rows",
     "is_opaque",
     "padded_view",

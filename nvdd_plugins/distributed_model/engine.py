@@ -15,29 +15,16 @@ import torch
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.results import (
-    RowResults,
-    check_energies,
-    consolidate,
-    outputs_alike_on_every_rank,
-)
+from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted, edge_stresses
+from nvdd_plugins.distributed_model.results import RowResults, check_energies, consolidate
 from nvdd_plugins.distributed_model.runner import SpecRunner
+from nvdd_plugins.distributed_model.shells import Shell, ThickShell, shell_for
+from nvdd_plugins.distributed_model.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
-from nvdd_plugins.models import (
-    BaseModelMixin,
-    ChunkedEvaluator,
-    apply_strain,
-    atom_strain_shares,
-    edge_vectors,
-    energy_derivatives,
-    new_pair_leaf,
-    new_strain,
-    pair_gradients_of,
-    per_atom_stresses,
-)
-from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, policy_for
+from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
 
 __all__ = ["HaloEngine"]
 
@@ -45,34 +32,41 @@ __all__ = ["HaloEngine"]
 class HaloEngine:
     """Evaluate `model` on halo views under its halo spec.
 
-    With `config.chunk_atoms` the view is evaluated in chunks one after another
-    (`ChunkedEvaluator`): the ghost shell is then the model's layers x cutoff thick
-    (`config` is that of the engine), so the owned atoms' energies need no exchange during
-    the forward; one exchange sums the ghosts' gradients into their owners.
+    The ghost shell (`shell`) is a `PerLayerRefresh`, or with `config.chunk_atoms` a
+    `ThickShell`: the model's layers x cutoff of ghosts (`config` is that of the engine),
+    evaluated in chunks one after another without exchange during the forward; one
+    exchange sums the ghosts' gradients into their owners.
 
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
         config: the `DomainConfig` (cutoff must cover the model's).
         comm: this rank's communicator.
+        shell: the ghost shell, instead of the one `config` selects; a `ThickShell`
+            without `chunk_rows` evaluates the view at once without exchange, for views
+            whose pairs include those between ghosts (a front end's rows).
     """
 
-    def __init__(self, model: BaseModelMixin, config: DomainConfig, comm: Communicator) -> None:
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        config: DomainConfig,
+        comm: Communicator,
+        shell: Shell | None = None,
+    ) -> None:
         self.model = model.prepare_for_compile() if config.compile else model
         self.comm = comm
         self.spec = _validated_spec(model, config)
-        self.chunks: ChunkedEvaluator | None = None
-        if config.chunk_atoms is not None:
-            self.chunks = _chunked_evaluator(self.model, self.spec, config)
-            config = dataclasses.replace(config, halo_layers=self.chunks.n_layers)
+        self.shell = shell if shell is not None else shell_for(model, self.spec, config)
+        if isinstance(self.shell, ThickShell):
+            config = dataclasses.replace(config, halo_layers=self.shell.n_layers)
         self.config = config
         self.runner = SpecRunner(self.model, self.spec, config, comm)
+        self.chunks: ChunkedRows | None = None
+        if isinstance(self.shell, ThickShell) and self.shell.chunk_rows is not None:
+            self.chunks = ChunkedRows(self.runner, self.shell)
         neighbors = model.model_config.neighbor_config
         self._weighs_far_pairs_zero = bool(neighbors and neighbors.accepts_skin_pairs)
-        self._accepts_skin_pairs = bool(
-            neighbors
-            and neighbors.accepts_skin_pairs
-            and (config.compile or not neighbors.prune_skin_pairs)
-        )
+        self._accepts_skin_pairs = bool(neighbors and neighbors.passes_skin_pairs(config.compile))
         # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
         self._skin_pairs = self._accepts_skin_pairs
 
@@ -94,16 +88,9 @@ class HaloEngine:
                 f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
             )
 
-    def wanted(self, properties: Iterable[str]) -> tuple[bool, bool, bool]:
-        """Whether forces, stress and per-atom stresses ("stresses", from the edge vectors)
-        are asked for and derived by autograd."""
-        properties = set(properties)
-        derived = self.model.model_config.autograd_outputs
-        return (
-            "forces" in properties and "forces" in derived,
-            "stress" in properties and "stress" in derived,
-            "stresses" in properties and "stress" in derived,
-        )
+    def wanted(self, properties: Iterable[str]) -> Wanted:
+        """What of `properties` this engine derives by autograd."""
+        return Wanted.of(self.model, properties)
 
     def evaluate(
         self,
@@ -112,45 +99,46 @@ class HaloEngine:
         rows: torch.Tensor,
         cell: torch.Tensor,
         pbc: torch.Tensor,
-        want_stress: bool,
-        want_stresses: bool = False,
+        wanted: Wanted,
     ) -> RowResults:
         """The model on `view` with every row's position `rows` (built from `leaf`, the
-        positions forces are taken against); energy and stress are this rank's owned
-        partials summed over ranks. `want_stresses`: also this rank's share of dE/dr per
-        edge slot (`RowResults.pair_gradients`) and the per-atom "stresses" it gives (ghost
-        rows owed to their owners)."""
+        positions forces are taken against when it requires grad); energy and stress are
+        this rank's owned partials summed over ranks. `wanted.stresses`: also this rank's
+        share of dE/dr per edge slot (`RowResults.pair_gradients`) and the per-atom
+        "stresses" it gives (ghost rows owed to their owners)."""
         cell = cell.detach()
         if self.chunks is not None:
-            if want_stresses:
-                raise NotImplementedError(
-                    "per-atom virials (stresses) of an autograd model are not computed chunk "
-                    "by chunk: run without chunk_atoms"
-                )
-            return self._evaluate_in_chunks(view, leaf, rows, cell, want_stress)
-        strain = new_strain(1, leaf, want_stress) if want_stress else None
-        pairs = new_pair_leaf(view.edge_index.shape[1], leaf) if want_stresses else None
-        with torch.enable_grad():
-            run_cell = cell
-            if strain is not None:
-                rows, run_cell = apply_strain(rows, cell, view.row_batch, strain)
-            batch = self.batch(view, rows, run_cell, pbc, pairs)
-            out = self.runner.run(view, batch)
-            energies = out.get("energies")
-            check_energies(energies, view.n_rows)
-            partial = energies[: view.n_owned].sum()
-            derived = energy_derivatives(
-                partial, leaf, strain, cell, leaf.requires_grad, want_stress, pairs
-            )
-        if pairs is not None:
-            gradients = pair_gradients_of(derived.pop("pair_gradients"), pairs, self.model)
-            derived["pair_gradients"] = gradients
-            shares = atom_strain_shares(
-                batch.edge_index, edge_vectors(batch), gradients, view.n_rows
-            )
-            derived["stresses"] = per_atom_stresses(shares, cell, view.row_batch)
+            out, derived = self._evaluate_in_chunks(view, leaf, rows, cell, wanted)
+        else:
+            out, derived = self._evaluate_view(view, leaf, rows, cell, pbc, wanted)
+        partial = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
         return consolidate(self.spec, self.comm, out, partial, derived, checking)
+
+    def _evaluate_view(
+        self,
+        view: HaloView,
+        leaf: torch.Tensor,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        pbc: torch.Tensor,
+        wanted: Wanted,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The model's outputs on the whole view at once and the derivatives of the owned
+        partial energy (ghost rows refreshed per layer, or in a thick shell not at all)."""
+        leaves = Leaves(leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None)
+        with torch.enable_grad():
+            rows, run_cell = leaves.strained(rows, cell)
+            batch = self.batch(view, rows, run_cell, pbc, leaves)
+            if isinstance(self.shell, ThickShell):
+                out = self.runner.run_alone(batch, view.n_owned)
+            else:
+                out = self.runner.run(view, batch)
+            check_energies(out.get("energies"), view.n_rows)
+            derived = leaves.derive(out["energies"][: view.n_owned].sum(), cell, self.model)
+        if "pair_gradients" in derived:
+            derived["stresses"] = edge_stresses(batch, derived["pair_gradients"], cell, view.n_rows)
+        return out, derived
 
     def _evaluate_in_chunks(
         self,
@@ -158,40 +146,30 @@ class HaloEngine:
         leaf: torch.Tensor,
         rows: torch.Tensor,
         cell: torch.Tensor,
-        want_stress: bool,
-    ) -> RowResults:
-        """`evaluate` chunk by chunk: the owned rows' outputs from chunks of the view's rows
-        (the shell covers every owned atom's receptive field), then one backward through the
-        ghost positions to their owners (collective)."""
+        wanted: Wanted,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The model's outputs from chunks of the view's rows (the thick shell covers every
+        owned atom's receptive field) and the derivatives of the owned partial energy: one
+        backward through the ghost positions to their owners (collective)."""
         assert self.chunks is not None
-        local = rows[: view.n_local]
-        want_forces = leaf.requires_grad
-        per_atom: dict[str, torch.Tensor] = {}
-        derived = {
-            "forces": torch.zeros_like(local.detach()),
-            "stress": local.new_zeros(1, 3, 3),
-        }
-        if view.n_owned:  # chunks need atoms to place; an empty rank still joins the backward
-            numbers = view.atomic_numbers[: view.n_local]
-            per_atom, found = self.chunks.evaluate_rows(
-                local, numbers, cell[0], view.wrapped_axes, view.n_owned, want_forces, want_stress
-            )
-            derived.update(found)
-        per_atom = outputs_alike_on_every_rank(self.comm, per_atom, view.n_owned, local)
-        energies = per_atom.pop("energies", local.new_zeros(view.n_owned))
-        per_row = {"energies": energies, **per_atom}
-        per_row = {
-            name: torch.cat([value, value.new_zeros(view.n_rows - view.n_owned, *value.shape[1:])])
-            for name, value in per_row.items()
-        }
-        reduced = {"energy": self.comm.all_reduce(energies.sum().reshape(1), "sum")}
-        if want_forces:
+        # a rank owning nothing evaluates its padded rows once, so its outputs match its peers'
+        n_rows = view.n_local if view.n_owned else view.n_rows
+        local = rows[:n_rows]
+        numbers = view.atomic_numbers[:n_rows]
+        inner = local.detach().requires_grad_(leaf.requires_grad)
+        out, derived = self.chunks.evaluate(
+            inner, numbers, cell[0], view.wrapped_axes, view.n_owned, wanted
+        )
+        kinds = self.spec.output_kinds
+        for name, value in out.items():
+            if kinds.get(name) is OutputKind.PER_NODE:
+                out[name] = _padded(value, view.n_rows)
+        if "stresses" in derived:
+            derived["stresses"] = _padded(derived["stresses"], view.n_rows)
+        if leaf.requires_grad:
             with torch.enable_grad():
-                (gradient,) = torch.autograd.grad(local, leaf, derived["forces"])
-            reduced["forces"] = gradient
-        if want_stress or self.chunks.own_stress:
-            reduced["stress"] = self.comm.all_reduce(derived["stress"], "sum")
-        return RowResults(per_row, reduced, frozenset())
+                (derived["forces"],) = torch.autograd.grad(local, leaf, derived["forces"])
+        return out, derived
 
     def batch(
         self,
@@ -199,14 +177,14 @@ class HaloEngine:
         rows: torch.Tensor,
         cell: torch.Tensor,
         pbc: torch.Tensor,
-        pairs: torch.Tensor | None = None,
+        leaves: Leaves | None = None,
     ) -> Batch:
         """`view` as the model's input batch (pairs beyond the cutoff hold the sentinel
-        unless the model takes Verlet pairs as they are); `pairs`, a leaf added to the
-        edge shifts (`new_pair_leaf`)."""
+        unless the model takes Verlet pairs as they are); the edge shifts carry the pair
+        leaf of `leaves`, if any."""
         shifts = view.edge_shifts(cell[0])
-        if pairs is not None:
-            shifts = shifts + pairs
+        if leaves is not None:
+            shifts = leaves.shifted(shifts)
         if self._skin_pairs:
             edge_index = view.edge_index
         else:
@@ -224,41 +202,9 @@ class HaloEngine:
         )
 
 
-def _chunked_evaluator(
-    model: BaseModelMixin, spec: MLIPSpec, config: DomainConfig
-) -> ChunkedEvaluator:
-    """The chunked evaluation `config.chunk_atoms` asks for, or a clear error when the
-    model's outputs cannot be summed chunk by chunk."""
-    whole = {
-        name
-        for name, kind in spec.output_kinds.items()
-        if kind is not OutputKind.PER_NODE and name not in ("energy", "stress")
-    }
-    n_layers = max(spec.n_layers or 0, config.halo_layers or 0)
-    global_sums = any(
-        isinstance(transform, AllReduceSum)
-        for adapter in spec.distribution.custom_ops
-        for transform in (*adapter.arg_transforms.values(), *adapter.output_transforms.values())
-    )
-    if global_sums:
-        raise ValueError(
-            f"chunk_atoms cannot evaluate {type(model).__name__}: its spec sums over the "
-            "whole system during the forward (an OpAdapter with AllReduceSum, e.g. charge "
-            "equilibration), which a chunk cannot see"
-        )
-    if whole or not n_layers:
-        raise ValueError(
-            "chunk_atoms evaluates per-atom outputs that depend only on atoms within the "
-            "model's message-passing layers x cutoff; "
-            + (
-                f"{type(model).__name__} also has outputs {sorted(whole)} that are not per atom"
-                if whole
-                else "its spec does not declare its layers (MLIPSpec.n_layers): give "
-                "DomainConfig(halo_layers=...)"
-            )
-        )
-    max_atoms = None if config.chunk_atoms == "auto" else int(config.chunk_atoms)
-    return ChunkedEvaluator(model, max_atoms=max_atoms, n_layers=n_layers)
+def _padded(value: torch.Tensor, n_rows: int) -> torch.Tensor:
+    """`value` with zero rows appended up to `n_rows`."""
+    return torch.cat([value, value.new_zeros(n_rows - value.shape[0], *value.shape[1:])])
 
 
 def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:

@@ -14,8 +14,10 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.distributed_model.derivatives import Wanted
 from nvdd_plugins.distributed_model.engine import HaloEngine
 from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState, build_neighbor_list
@@ -39,6 +41,9 @@ class GivenRowsModel:
         comm: this rank's communicator (the front end's).
         padding_species: atomic number of padding rows (one the model knows).
         skin: Verlet skin (Å) of the pairs listed here when the front end gives none.
+        shell: `PerLayerRefresh()` (default: ghost rows refreshed from their owners per
+            layer), or `ThickShell(n_layers)` when the rows hold every owned atom's
+            receptive field and the pairs among ghosts (no exchange; ghost forces owed).
     """
 
     def __init__(
@@ -47,9 +52,10 @@ class GivenRowsModel:
         comm: Communicator,
         padding_species: int,
         skin: float = 0.0,
+        shell: Shell | None = None,
     ) -> None:
         self.comm = comm
-        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm)
+        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm, shell)
         self.padding_species = int(padding_species)
         # the halo plan follows the front end's row layout (owned count and ids)
         self.verlet = VerletState(growth=CAPACITY_GROWTH)
@@ -98,6 +104,9 @@ class GivenRowsModel:
         return padded_view(ViewRows(plan, positions, numbers, ids, pairs), padding)
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:
+        if isinstance(self.engine.shell, ThickShell):  # rows only: nothing is exchanged
+            nothing = torch.empty(0, dtype=torch.long, device=ids.device)
+            return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
         layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
         changed = self.verlet.needs_rebuild(None, ids=layout)
         if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
@@ -130,9 +139,8 @@ class GivenRowsModel:
         with torch.enable_grad():
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = _NO_PBC.to(positions.device).unsqueeze(0)
-        results = self.engine.evaluate(
-            view, leaf, rows, cell, pbc, want_stress=False, want_stresses=pair_gradients
-        )
+        wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
+        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted)
         out = results.for_local_rows(view)
         if results.pair_gradients is not None:
             out["pair_gradients"] = results.pair_gradients

@@ -101,14 +101,12 @@ class SubdomainModel(nn.Module):
         "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
         and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """
-        want_forces, want_stress, want_stresses = self.engine.wanted(properties)
-        leaf = owned.positions.detach().requires_grad_(want_forces)
+        wanted = self.engine.wanted(properties)
+        leaf = owned.positions.detach().requires_grad_(wanted.forces)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
         with computing(self.comm, leaf.device):
-            results = self.engine.evaluate(
-                view, leaf, rows, owned.cell, owned.pbc, want_stress, want_stresses
-            )
+            results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted)
         return results.for_owned_rows(view, self.comm)
 
 

@@ -11,26 +11,7 @@ from nvdd_plugins.distributed_model.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
-__all__ = ["RowResults", "check_energies", "consolidate", "outputs_alike_on_every_rank"]
-
-
-def outputs_alike_on_every_rank(
-    comm: Communicator, per_atom: dict[str, torch.Tensor], n_owned: int, like: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """`per_atom` with the same names, order, dtypes and trailing shapes on every rank
-    (collective): a rank that evaluated no atoms takes them, with no rows, from the first
-    rank that did, since later collectives pair the outputs up by position."""
-    counts = torch.cat(comm.all_gather(torch.tensor([n_owned], device=like.device)))
-    if bool((counts > 0).all()) or not bool((counts > 0).any()):
-        return per_atom
-    source = int(torch.nonzero(counts > 0)[0, 0])
-    schema = {name: (value.dtype, value.shape[1:]) for name, value in per_atom.items()}
-    schema = comm.broadcast_object(schema if comm.rank == source else None, src=source)
-    if n_owned:
-        return per_atom
-    return {
-        name: like.new_zeros((0, *shape), dtype=dtype) for name, (dtype, shape) in schema.items()
-    }
+__all__ = ["RowResults", "check_energies", "consolidate"]
 
 
 def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
@@ -137,9 +118,9 @@ def consolidate(
     if "stress" in derived:
         add(OutputKind.PER_GRAPH, "stress", derived["stress"])
     gradient_outputs = spec.gradient_outputs
-    pair_gradients = derived.get("pair_gradients")
-    if pair_gradients is not None:  # per-atom stresses from the edges: ghost rows are owed
+    if "stresses" in derived:  # per-atom stresses from the edges: ghost rows are owed
         per_row["stresses"] = derived["stresses"].detach()
         gradient_outputs = gradient_outputs | {"stresses"}
-        pair_gradients = pair_gradients.detach()
+    pair_gradients = derived.get("pair_gradients")
+    pair_gradients = None if pair_gradients is None else pair_gradients.detach()
     return RowResults(per_row, reduced, gradient_outputs, pair_gradients)

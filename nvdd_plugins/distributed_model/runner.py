@@ -91,6 +91,16 @@ class SpecRunner:
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
 
+    def run_alone(self, batch: Batch, n_owned: int) -> dict[str, torch.Tensor]:
+        """The model's outputs on rows that need no exchange (a thick shell's: every owned
+        atom's receptive field is among them), under interception that keeps the first
+        `n_owned` rows in node -> system sums."""
+        n_rows = batch.num_nodes
+        owned = torch.arange(n_rows, device=batch.device) < n_owned
+        ctx = HaloContext(n_rows, n_owned, owned, slot=-1, exchanges=False)
+        with replaced_helpers(self.spec.distribution.third_party_helpers):
+            return self._forward_in_mode(batch, ctx, check_indices=self.checking)
+
     def _every_rank_owns_atoms(self, view: HaloView) -> bool:
         """Whether no rank's view is empty of owned atoms (collective)."""
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)

@@ -1,5 +1,5 @@
-"""Model wrappers: the base mixin, the reference models, and single-process evaluation
-(whole, or in chunks one after another)."""
+"""Model wrappers: the base mixin, the reference models, and single-process evaluation (the
+oracle every distributed path is compared with)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,7 @@ from nvdd_plugins.models.base import (
     NeighborListFormat,
     model_dtype,
 )
-from nvdd_plugins.models.chunk_grid import ChunkPlan
-from nvdd_plugins.models.chunked import ChunkedEvaluator
-from nvdd_plugins.models.evaluate import (
-    ModelEvaluator,
-    apply_strain,
-    edge_vectors,
-    energy_derivatives,
-    evaluate_model,
-    new_strain,
-)
+from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEArchitecture, MACEWrapper, random_mace
@@ -49,8 +40,6 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
-    "ChunkPlan",
-    "ChunkedEvaluator",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
@@ -67,14 +56,11 @@ __all__ = [
     "SevenNetWrapper",
     "SimpleMPNN",
     "UMAWrapper",
-    "apply_strain",
     "atom_strain_shares",
     "edge_vectors",
-    "energy_derivatives",
     "evaluate_model",
     "model_dtype",
     "new_pair_leaf",
-    "new_strain",
     "pair_gradients_of",
     "per_atom_stresses",
     "random_aimnet2",

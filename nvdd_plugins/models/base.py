@@ -53,6 +53,12 @@ class NeighborConfig:
         if not self.cutoff > 0:
             raise ValueError(f"cutoff must be > 0 Å, got {self.cutoff!r}")
 
+    def passes_skin_pairs(self, compiled: bool = False) -> bool:
+        """Whether a Verlet list (pairs up to cutoff + skin) is handed to the model without
+        filtering: the model weighs the pairs beyond its cutoff zero and does not ask for
+        them to be pruned (a compiled forward never prunes: its shapes are fixed)."""
+        return self.accepts_skin_pairs and (compiled or not self.prune_skin_pairs)
+
 
 @dataclass(frozen=True)
 class ModelConfig:

@@ -1,7 +1,7 @@
 """Single-process evaluation of a wrapped model: neighbour list, forward, autograd forces/stress.
 
-This is the reference every distributed path is compared with. The strain helpers are
-shared with `DistributedModel`, which applies them to its local view.
+This is the reference every distributed path is compared with; it keeps its own small
+autograd code, apart from the derivative step of the distributed evaluation that it checks.
 """
 
 from __future__ import annotations
@@ -25,69 +25,7 @@ from nvdd_plugins.models.virials import (
     per_atom_stresses,
 )
 
-__all__ = [
-    "ModelEvaluator",
-    "apply_strain",
-    "edge_vectors",
-    "energy_derivatives",
-    "evaluate_model",
-    "new_strain",
-]
-
-
-def new_strain(num_graphs: int, like: torch.Tensor, requires_grad: bool) -> torch.Tensor:
-    """A zero (num_graphs, 3, 3) strain leaf."""
-    return torch.zeros(
-        num_graphs, 3, 3, dtype=like.dtype, device=like.device, requires_grad=requires_grad
-    )
-
-
-def apply_strain(
-    positions: torch.Tensor, cell: torch.Tensor, batch_idx: torch.Tensor, strain: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deform positions and cells by the symmetric part of `strain` (x -> x (1 + eps))."""
-    sym = 0.5 * (strain + strain.transpose(1, 2))
-    per_atom = sym[0] if sym.shape[0] == 1 else sym[batch_idx]
-    strained_positions = positions + rows_times_3x3(positions, per_atom)
-    return strained_positions, cell + rows_times_3x3(cell, sym[:, None])
-
-
-def energy_derivatives(
-    energy: torch.Tensor,
-    positions: torch.Tensor,
-    strain: torch.Tensor | None,
-    cell: torch.Tensor,
-    want_forces: bool,
-    want_stress: bool,
-    pairs: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
-    """Forces (-dE/dx, eV/Å) and stress (dE/deps / volume, eV/Å³) from a scalar energy;
-    with `pairs` (the leaf added to the edge shifts, `new_pair_leaf`) also
-    "pair_gradients", dE/dr per edge (None where the energy does not depend on it)."""
-    inputs = []
-    if want_forces:
-        inputs.append(positions)
-    if want_stress:
-        if strain is None:
-            raise ValueError("stress needs a strain leaf")
-        inputs.append(strain)
-    if pairs is not None:
-        inputs.append(pairs)
-    if not inputs:
-        return {}
-    raw = list(torch.autograd.grad(energy, inputs, allow_unused=True))
-    out: dict[str, torch.Tensor | None] = {}
-    if pairs is not None:
-        out["pair_gradients"] = raw.pop()
-    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(raw, inputs, strict=False)]
-    if want_forces:
-        out["forces"] = -grads[0]
-    if want_stress:
-        volume = torch.linalg.det(cell.detach()).abs().view(-1, 1, 1)
-        if bool((volume == 0).any()):
-            raise ValueError("stress needs a cell with non-zero volume (an open cluster has none)")
-        out["stress"] = grads[-1] / volume
-    return out
+__all__ = ["ModelEvaluator", "edge_vectors", "evaluate_model"]
 
 
 def evaluate_model(
@@ -111,23 +49,37 @@ def evaluate_model(
     want_stress = "stress" in properties and "stress" in config.autograd_outputs
     want_stresses = "stresses" in properties and "stress" in config.autograd_outputs
     positions = batch.positions.detach().requires_grad_(want_forces)
-    strain = new_strain(batch.num_graphs, positions, want_stress) if want_stress else None
+    strain = positions.new_zeros(batch.num_graphs, 3, 3).requires_grad_()
     run = batch.copy()
-    if strain is not None:
-        run.positions, run.cell = apply_strain(positions, batch.cell, batch.batch_idx, strain)
+    run.positions = positions
+    if want_stress:
+        sym = 0.5 * (strain + strain.transpose(1, 2))
+        per_atom = sym[0] if batch.num_graphs == 1 else sym[batch.batch_idx]
+        run.positions = positions + rows_times_3x3(positions, per_atom)
+        run.cell = batch.cell + rows_times_3x3(batch.cell, sym[:, None])
         if "unit_shifts" in run:
             run.shifts = edge_shifts(run, run.edge_index, run.unit_shifts)
-    else:
-        run.positions = positions
     pairs = new_pair_leaf(batch.edge_index.shape[1], positions) if want_stresses else None
     if pairs is not None:
         shifts = run.get("shifts")
         run.shifts = pairs if shifts is None else shifts + pairs
+    leaves = {"forces": positions, "stress": strain, "pair_gradients": pairs}
+    wanted = {"forces": want_forces, "stress": want_stress, "pair_gradients": want_stresses}
+    leaves = {name: leaf for name, leaf in leaves.items() if wanted[name]}
     with torch.enable_grad():
         out = model(run)
-        derived = energy_derivatives(
-            out["energy"].sum(), positions, strain, batch.cell, want_forces, want_stress, pairs
-        )
+        found = []
+        if leaves:
+            energy = out["energy"].sum()
+            found = torch.autograd.grad(energy, list(leaves.values()), allow_unused=True)
+    derived = dict(zip(leaves, found, strict=True))
+    if want_forces:
+        derived["forces"] = _zero_if_none(derived["forces"], positions).neg()
+    if want_stress:
+        volume = torch.linalg.det(batch.cell.detach()).abs().view(-1, 1, 1)
+        if bool((volume == 0).any()):
+            raise ValueError("stress needs a cell with non-zero volume (an open cluster has none)")
+        derived["stress"] = _zero_if_none(derived["stress"], strain) / volume
     if pairs is not None:
         gradients = pair_gradients_of(derived.pop("pair_gradients"), pairs, model)
         shares = atom_strain_shares(
@@ -136,6 +88,10 @@ def evaluate_model(
         derived["stresses"] = per_atom_stresses(shares, batch.cell, batch.batch_idx)
     out.update(derived)
     return {k: v.detach() for k, v in out.items()}
+
+
+def _zero_if_none(gradient: torch.Tensor | None, leaf: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(leaf) if gradient is None else gradient
 
 
 def edge_vectors(batch: Batch) -> torch.Tensor:
@@ -167,10 +123,8 @@ class ModelEvaluator:
     def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
         self.model = model
         config = model.model_config.neighbor_config
-        skin_pairs_wanted = (
-            config is not None and config.accepts_skin_pairs and not config.prune_skin_pairs
-        )
-        self.neighbors = VerletNeighborList(model.cutoff, skin, filter_pairs=not skin_pairs_wanted)
+        unfiltered = config is not None and config.passes_skin_pairs()
+        self.neighbors = VerletNeighborList(model.cutoff, skin, filter_pairs=not unfiltered)
 
     def __call__(
         self, batch: Batch, properties: Iterable[str] = ("energy", "forces")

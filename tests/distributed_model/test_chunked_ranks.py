@@ -16,10 +16,10 @@ import torch
 from ase import Atoms
 from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
 
-from nvdd_plugins import Batch, DomainConfig
+from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN, evaluate_model
 from tests.helpers.oracle import (
     assert_close,
     assert_trajectory_matches,
@@ -172,3 +172,48 @@ def test_chunks_need_the_halo_strategy_and_an_eager_forward() -> None:
         DomainConfig(4.0, chunk_atoms=100, compile=True)
     with pytest.raises(ValueError, match="positive number of rows"):
         DomainConfig(4.0, chunk_atoms=0)
+
+
+class _SquaresMPNN(SimpleMPNN):
+    """The MPNN with a per-system output besides its energy: the sum of its per-atom
+    energies squared (a node -> system sum, which each rank and chunk sums over its own
+    atoms only)."""
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = super().forward(batch)
+        inputs = self.adapt_input(batch)
+        squares = out["energies"].new_zeros(inputs.num_graphs)
+        out["squares"] = squares.index_add(0, inputs.batch_idx, out["energies"] ** 2)
+        return out
+
+    def distribution_spec(self, strategy=None):
+        from dataclasses import replace
+
+        from nvdd_plugins.spec import OutputKind
+
+        spec = super().distribution_spec(strategy)
+        kinds = {**spec.output_kinds, "squares": OutputKind.PER_GRAPH}
+        return replace(spec, output_kinds=kinds)
+
+
+def test_per_system_outputs_and_per_atom_virials_in_chunks() -> None:
+    """Chunks go through the same forward and results as the whole view: a per-system
+    output (the ranks' and chunks' own atoms summed) and per-atom virials ("stresses",
+    ghost images' shares owed to their atoms) equal one process."""
+    model = _SquaresMPNN(cutoff=3.0, hidden=8, n_layers=2).double()
+    atoms = _copper(SYSTEMS["bulk"])
+    properties = ("energy", "forces", "stress", "stresses")
+    ref = evaluate_model(model, Batch.from_atoms(atoms), properties)
+
+    def run(comm):
+        config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=comm, chunk_atoms=350)
+        distributed = ReplicatedModel(model, config)
+        result = distributed(Batch.from_atoms(atoms), properties)
+        return result, len(distributed.engine.chunks.last_plan.rows)
+
+    results = run_simulated(2, run)
+    assert max(chunks for _, chunks in results) >= 2
+    for result, _ in results:
+        assert_close(errors(result, ref, len(atoms)), "chunks")
+        assert torch.allclose(result["squares"], ref["squares"], rtol=0, atol=1e-10)
+        assert float((result["stresses"] - ref["stresses"]).abs().max()) < 1e-9

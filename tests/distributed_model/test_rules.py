@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-import nvdd_plugins.distributed_model.engine as engine_module
 from nvdd_plugins import Batch, DistributedModel, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
+from nvdd_plugins.distributed_model import Leaves
 from nvdd_plugins.distributed_model.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
@@ -27,19 +27,19 @@ from tests.helpers.systems import (
 def test_differentiating_the_all_reduced_energy_multiplies_forces_by_world_size(monkeypatch):
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref = reference(model, atoms, ("energy", "forces"))
-    derivatives = engine_module.energy_derivatives
+    derive = Leaves.derive
     rank_local = threading.local()  # each virtual rank runs in its own thread
 
-    def naive(energy, positions, strain, cell, want_forces, want_stress, pairs=None):
+    def naive(leaves, energy, cell, model):
         total = all_reduce_sum(energy, rank_local.slot.number)
-        return derivatives(total, positions, strain, cell, want_forces, want_stress, pairs)
+        return derive(leaves, total, cell, model)
 
     def run(comm):
         rank_local.slot = HaloSlot()
         rank_local.slot.bind(HaloPlan(0, 0, *[torch.empty(0, dtype=torch.long)] * 4), comm)
         return replicated(comm, model, atoms, ("energy", "forces"))
 
-    monkeypatch.setattr(engine_module, "energy_derivatives", naive)
+    monkeypatch.setattr(Leaves, "derive", naive)
     for world_size in (2, 4):
         result = run_simulated(world_size, run)[0]
         ratio = result["forces"] / ref["forces"]

@@ -99,7 +99,7 @@ def test_simulated_ranks_run_forward_and_backward_on_the_gpu(model_name: str) ->
 def test_chunks_sized_from_free_gpu_memory_equal_one_evaluation(model_name: str) -> None:
     """`ChunkedEvaluator(max_atoms=None)` measures bytes per row on the GPU (the memory probe
     runs only on CUDA) and, through `chunk_atoms="auto"`, sizes every rank's chunks."""
-    from nvdd_plugins.models import ChunkedEvaluator
+    from nvdd_plugins import ChunkedEvaluator
 
     atoms = _atoms(model_name, "bulk")
     reference = _on_device(model_name, "bulk", "cuda", distributed=False)

@@ -13,9 +13,9 @@ import pytest
 import torch
 from ase import Atoms
 
-from nvdd_plugins import Batch
+from nvdd_plugins import Batch, ChunkedEvaluator
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import ChunkedEvaluator, LennardJonesModel, SimpleMPNN
+from nvdd_plugins.models import LennardJonesModel, SimpleMPNN
 from tests.helpers.oracle import assert_close, errors, on_the_oracle, properties_for, reference
 
 
@@ -56,6 +56,17 @@ def test_chunks_equal_the_whole_system(kind: str, system: str, grid) -> None:
         torch.testing.assert_close(
             result["stresses"], ref["stresses"], atol=1e-9, rtol=0, equal_nan=True
         )
+
+
+def test_per_atom_virials_of_an_autograd_model_in_chunks() -> None:
+    """Per-atom stresses from the edge vectors, chunk by chunk: the shares of ghost images
+    go to their atoms, so every atom's stress equals the whole system's."""
+    model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
+    properties = ("energy", "forces", "stress", "stresses")
+    result = ChunkedEvaluator(model, grid=(2, 2, 1))(Batch.from_atoms(atoms), properties)
+    ref = reference(model, atoms, properties)
+    torch.testing.assert_close(result["stresses"], ref["stresses"], atol=1e-9, rtol=0)
+    assert float(ref["stresses"].abs().max()) > 1e3 * 1e-9  # well above the tolerance
 
 
 @pytest.mark.mace
@@ -101,6 +112,24 @@ def test_clear_errors() -> None:
         ChunkedEvaluator(no_layers)
 
 
+def test_models_with_global_sums_are_refused() -> None:
+    """A spec whose forward sums over the whole system (charge equilibration: an adapter
+    with AllReduceSum) cannot run chunk by chunk, even with its layers given."""
+    from dataclasses import replace
+
+    from nvdd_plugins.spec import AllReduceSum, OpAdapter
+
+    class GlobalSumMPNN(SimpleMPNN):
+        def distribution_spec(self, strategy=None):
+            spec = super().distribution_spec(strategy)
+            summed = OpAdapter(op=torch.ops.aten.sum.default, output_transforms={0: AllReduceSum()})
+            return replace(spec, distribution=replace(spec.distribution, custom_ops=(summed,)))
+
+    model = GlobalSumMPNN(cutoff=3.5, hidden=8, n_layers=2).double()
+    with pytest.raises(ValueError, match="ChunkedEvaluator cannot evaluate GlobalSumMPNN"):
+        ChunkedEvaluator(model, n_layers=2)
+
+
 def test_nve_in_chunks_follows_the_whole_system() -> None:
     model, atoms = MODELS["mpnn"](), _copper(SYSTEMS["bulk"])
     runs = []
@@ -122,7 +151,7 @@ def test_measured_row_limit_scales_the_probe_peak_to_free_memory(monkeypatch) ->
     4096 own atoms is evaluated, and the limit is 0.8 x (free + cached) / its peak per row,
     never below the probe's 4096 rows (negative control: little free memory)."""
     from nvdd_plugins.decomposition import DecompositionFrame
-    from nvdd_plugins.models.chunk_grid import measured_row_limit
+    from nvdd_plugins.distributed_model.chunk_grid import measured_row_limit
 
     atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat((16, 16, 16))
     batch = Batch.from_atoms(atoms)
@@ -155,12 +184,12 @@ def test_chunks_mostly_of_ghost_shells_are_reported(caplog) -> None:
     with a limit that is not (ChunkedEvaluator(max_atoms=300) on 500 atoms of a two-layer
     MPNN had planned 900 chunks, 506 times the rows, without a word)."""
     model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 4)
-    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.models.chunk_grid"):
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.chunk_grid"):
         plan = ChunkedEvaluator(model, max_atoms=700).plan(Batch.from_atoms(atoms))
     assert plan.work > 2.0, plan  # the system in one piece: 1 row per atom
     assert f"evaluates {sum(plan.rows)} rows for {len(atoms)} atoms" in caplog.text
     suggested = int(re.search(r"chunks of (\d+) rows keep it within 2x", caplog.text).group(1))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.models.chunk_grid"):
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.chunk_grid"):
         plan = ChunkedEvaluator(model, max_atoms=suggested).plan(Batch.from_atoms(atoms))
     assert len(plan.rows) > 1 and plan.work <= 2.0 and not caplog.text, plan

@@ -20,12 +20,11 @@ import torch
 from ase import Atoms
 from ase.stress import voigt_6_to_full_3x3_stress
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope
+from nvdd_plugins import Batch, ChunkedEvaluator, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import Communicator, run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
-from nvdd_plugins.models import ChunkedEvaluator
 from tests.helpers import oracle
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import on_the_oracle, properties_for, reference, replicated
