@@ -133,3 +133,50 @@ def test_the_checker_sees_a_violation(monkeypatch, source, target, expected) -> 
 
     monkeypatch.setattr(sys.modules[__name__], "_imports", with_planted)
     assert any(expected in problem for problem in _violations())
+
+
+# inside distributed_model, bottom-up: rows (ownership, views) -> evaluation (one forward on
+# a view) -> layouts (where rows come from and where results go)
+SUBLAYERS = ("rows", "evaluation", "layouts")
+
+
+def _sublayer_violations() -> list[str]:
+    root = REPO / "nvdd_plugins" / "distributed_model"
+    problems = []
+    for level, sub in enumerate(SUBLAYERS):
+        for path in sorted((root / sub).rglob("*.py")):
+            for target, _, line in _imports(path):
+                parts = target.split(".")
+                if parts[:2] != ["nvdd_plugins", "distributed_model"]:
+                    continue
+                other = parts[2] if len(parts) > 2 else None
+                if other not in SUBLAYERS or SUBLAYERS.index(other) > level:
+                    problems.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    return problems
+
+
+def test_distributed_model_is_rows_then_evaluation_then_layouts() -> None:
+    """rows never import evaluation or layouts, evaluation never imports layouts, and no
+    module inside reaches the package's own `__init__` (which imports them all)."""
+    loose = sorted(
+        p.name
+        for p in (REPO / "nvdd_plugins" / "distributed_model").glob("*.py")
+        if p.name != "__init__.py"
+    )
+    assert not loose, f"modules outside rows/, evaluation/, layouts/: {loose}"
+    problems = _sublayer_violations()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_sublayer_checker_sees_an_upward_import(monkeypatch) -> None:
+    """Negative control: evaluation importing a layout is reported."""
+    planted = REPO / "nvdd_plugins" / "distributed_model" / "evaluation" / "engine.py"
+    original = _imports
+
+    def with_planted(path: Path):
+        found = original(path)
+        target = "nvdd_plugins.distributed_model.layouts.model"
+        return [*found, (target, [], 1)] if path == planted else found
+
+    monkeypatch.setattr(sys.modules[__name__], "_imports", with_planted)
+    assert any("layouts.model" in problem for problem in _sublayer_violations())

@@ -4,28 +4,28 @@ layout; `ChunkedEvaluator`, one system evaluated in spatial chunks one after ano
 
 from __future__ import annotations
 
-from nvdd_plugins.distributed_model.call_rules import (
+from nvdd_plugins.distributed_model.evaluation.call_rules import (
     CallKind,
     CallRules,
     StaleTargets,
     has_rows,
     is_opaque,
 )
-from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
-from nvdd_plugins.distributed_model.chunked import ChunkedEvaluator
-from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted
-from nvdd_plugins.distributed_model.domain import HaloDomain
-from nvdd_plugins.distributed_model.engine import HaloEngine
-from nvdd_plugins.distributed_model.given_rows import GivenRowsModel
-from nvdd_plugins.distributed_model.graph_partition import GraphDomain
-from nvdd_plugins.distributed_model.health import NonFiniteError
-from nvdd_plugins.distributed_model.interception import REBIND_RULE, SENTINEL_RULE
-from nvdd_plugins.distributed_model.model import DistributedModel, SubdomainModel
-from nvdd_plugins.distributed_model.one_process import OneProcessEvaluator
-from nvdd_plugins.distributed_model.replicated import ReplicatedModel
-from nvdd_plugins.distributed_model.shells import PerLayerRefresh, Shell, ThickShell
-from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
+from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.health import NonFiniteError
+from nvdd_plugins.distributed_model.evaluation.interception import REBIND_RULE, SENTINEL_RULE
+from nvdd_plugins.distributed_model.evaluation.shells import PerLayerRefresh, Shell, ThickShell
+from nvdd_plugins.distributed_model.layouts.chunked import ChunkedEvaluator
+from nvdd_plugins.distributed_model.layouts.given_rows import GivenRowsModel
+from nvdd_plugins.distributed_model.layouts.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
+from nvdd_plugins.distributed_model.layouts.replicated import ReplicatedModel
+from nvdd_plugins.distributed_model.rows.chunk_grid import ChunkPlan
+from nvdd_plugins.distributed_model.rows.domain import HaloDomain
+from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
+from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
     "REBIND_RULE",

@@ -10,7 +10,7 @@ import torch
 from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel, ReplicatedModel
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.distributed_model.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import minimum_image
 from nvdd_plugins.models import RadiusGraphMPNN

@@ -78,7 +78,7 @@ def test_mace_through_domain_parallel_matches_mace_calculator(system: str, world
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_after_the_checked_forward_mace_runs_without_interception(world_size, monkeypatch):
-    from nvdd_plugins.distributed_model.interception import HaloInterceptionMode
+    from nvdd_plugins.distributed_model.evaluation.interception import HaloInterceptionMode
     from nvdd_plugins.models import evaluate_model
 
     calls = {"n": 0}

@@ -11,7 +11,7 @@ import torch
 from nvdd_plugins import Batch, DistributedModel, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model import Leaves
-from nvdd_plugins.distributed_model.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import ModelInputs, NeighborConfig, SimpleMPNN
 from tests.helpers.oracle import errors, reference, replicated

@@ -142,7 +142,7 @@ def test_the_split_between_atoms_is_tested() -> None:
 def test_ghost_rows_must_be_summed_into_owners(monkeypatch) -> None:
     """Negative control: without summing the ghost rows' shares into their owners, 2 ranks
     lose part of the per-atom virials (so the distributed test can fail)."""
-    import nvdd_plugins.distributed_model.results as results_module
+    import nvdd_plugins.distributed_model.evaluation.results as results_module
 
     model, atoms = mpnn_model(), SYSTEMS["bulk"]()
     ref, volume = _reference(model, atoms), atoms.get_volume()

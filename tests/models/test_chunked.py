@@ -151,7 +151,7 @@ def test_measured_row_limit_scales_the_probe_peak_to_free_memory(monkeypatch) ->
     4096 own atoms is evaluated, and the limit is 0.8 x (free + cached) / its peak per row,
     never below the probe's 4096 rows (negative control: little free memory)."""
     from nvdd_plugins.decomposition import DecompositionFrame
-    from nvdd_plugins.distributed_model.chunk_grid import measured_row_limit
+    from nvdd_plugins.distributed_model.rows.chunk_grid import measured_row_limit
 
     atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat((16, 16, 16))
     batch = Batch.from_atoms(atoms)
@@ -184,12 +184,12 @@ def test_chunks_mostly_of_ghost_shells_are_reported(caplog) -> None:
     with a limit that is not (ChunkedEvaluator(max_atoms=300) on 500 atoms of a two-layer
     MPNN had planned 900 chunks, 506 times the rows, without a word)."""
     model, atoms = MODELS["lj"](), ase.build.bulk("Cu", "fcc", a=3.61, cubic=True) * (8, 8, 4)
-    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.chunk_grid"):
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.rows.chunk_grid"):
         plan = ChunkedEvaluator(model, max_atoms=700).plan(Batch.from_atoms(atoms))
     assert plan.work > 2.0, plan  # the system in one piece: 1 row per atom
     assert f"evaluates {sum(plan.rows)} rows for {len(atoms)} atoms" in caplog.text
     suggested = int(re.search(r"chunks of (\d+) rows keep it within 2x", caplog.text).group(1))
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.chunk_grid"):
+    with caplog.at_level(logging.WARNING, logger="nvdd_plugins.distributed_model.rows.chunk_grid"):
         plan = ChunkedEvaluator(model, max_atoms=suggested).plan(Batch.from_atoms(atoms))
     assert len(plan.rows) > 1 and plan.work <= 2.0 and not caplog.text, plan

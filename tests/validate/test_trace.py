@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.distributed_model.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.spec import (
     GLOBAL_SUM_ADAPTERS,
     SPEC_MPNN_HALO,

@@ -22,8 +22,8 @@ from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import IndexPartitioner, index_owners
-from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
+from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState, build_neighbor_list
 
 __all__ = ["GraphDomain", "build_graph_view"]

@@ -16,14 +16,14 @@ import torch
 from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.distributed_model.helpers import replaced_helpers
-from nvdd_plugins.distributed_model.interception import (
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
+from nvdd_plugins.distributed_model.evaluation.interception import (
     REBIND_RULE,
     SENTINEL_RULE,
     HaloInterceptionMode,
 )
-from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import MLIPSpec, OwnedRows, refreshing_marks

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
-from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 

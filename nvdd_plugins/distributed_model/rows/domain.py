@@ -21,8 +21,8 @@ from nvdd_plugins.decomposition import (
     rebalanced,
     row_counts,
 )
-from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import Padding, build_halo_view
+from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import Padding, build_halo_view
 from nvdd_plugins.geometry import VerletState
 
 __all__ = ["HaloDomain"]

@@ -18,16 +18,16 @@ import torch
 
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
-from nvdd_plugins.distributed_model.chunk_grid import (
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
+from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
+from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
+from nvdd_plugins.distributed_model.rows.chunk_grid import (
     ChunkPlan,
     chunk_rows,
     fitting_chunks,
     measured_row_limit,
     partitioned,
 )
-from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted, edge_stresses
-from nvdd_plugins.distributed_model.runner import SpecRunner
-from nvdd_plugins.distributed_model.shells import ThickShell
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 from nvdd_plugins.spec import OutputKind
 

@@ -16,11 +16,11 @@ import torch
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.chunk_grid import ChunkPlan
-from nvdd_plugins.distributed_model.derivatives import Wanted
-from nvdd_plugins.distributed_model.runner import SpecRunner
-from nvdd_plugins.distributed_model.shells import ThickShell, refuse_global_sums
-from nvdd_plugins.distributed_model.thick_shell import ChunkedRows
+from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
+from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
+from nvdd_plugins.distributed_model.evaluation.shells import ThickShell, refuse_global_sums
+from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
+from nvdd_plugins.distributed_model.rows.chunk_grid import ChunkPlan
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import ENERGY_KINDS, MLIPSpec
 

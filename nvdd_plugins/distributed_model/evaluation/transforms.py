@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.distributed_model.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import (
     AllReduceSum,

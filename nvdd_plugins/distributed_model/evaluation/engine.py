@@ -15,12 +15,16 @@ import torch
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.derivatives import Leaves, Wanted, edge_stresses
-from nvdd_plugins.distributed_model.results import RowResults, check_energies, consolidate
-from nvdd_plugins.distributed_model.runner import SpecRunner
-from nvdd_plugins.distributed_model.shells import Shell, ThickShell, shell_for
-from nvdd_plugins.distributed_model.thick_shell import ChunkedRows
-from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
+from nvdd_plugins.distributed_model.evaluation.results import (
+    RowResults,
+    check_energies,
+    consolidate,
+)
+from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
+from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
+from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
+from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin

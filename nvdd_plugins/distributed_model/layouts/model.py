@@ -12,10 +12,8 @@ from torch import nn
 from nvdd_plugins.comm import Communicator, TimedCommunicator, computing, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.domain import HaloDomain
-from nvdd_plugins.distributed_model.engine import HaloEngine
-from nvdd_plugins.distributed_model.graph_partition import GraphDomain
-from nvdd_plugins.distributed_model.health import (
+from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.health import (
     NON_FINITE,
     REBUILD,
     NonFiniteError,
@@ -24,7 +22,9 @@ from nvdd_plugins.distributed_model.health import (
     non_finite_report,
     rebuild_status,
 )
-from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.rows.domain import HaloDomain
+from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
+from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["DistributedModel", "SubdomainModel"]

@@ -12,7 +12,7 @@ import torch
 from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import SpatialPartitioner
-from nvdd_plugins.distributed_model.view import HaloView
+from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
 __all__ = ["Padding", "ViewRows", "build_halo_view", "padded_view"]

@@ -9,7 +9,7 @@ import torch
 
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.model import SubdomainModel
+from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import OutputKind
 

@@ -14,12 +14,12 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
-from nvdd_plugins.distributed_model.derivatives import Wanted
-from nvdd_plugins.distributed_model.engine import HaloEngine
-from nvdd_plugins.distributed_model.health import REBUILD, rebuild_status
-from nvdd_plugins.distributed_model.shells import Shell, ThickShell
-from nvdd_plugins.distributed_model.view import HaloView
-from nvdd_plugins.distributed_model.view_build import Padding, ViewRows, padded_view
+from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
+from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell
+from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.geometry import VerletState, build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 

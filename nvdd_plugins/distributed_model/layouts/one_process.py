@@ -20,7 +20,7 @@ import torch
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.model import DistributedModel
+from nvdd_plugins.distributed_model.layouts.model import DistributedModel
 from nvdd_plugins.models import BaseModelMixin, ModelEvaluator
 
 __all__ = ["OneProcessEvaluator"]

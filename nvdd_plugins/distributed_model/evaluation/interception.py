@@ -16,7 +16,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from nvdd_plugins.distributed_model.call_rules import (
+from nvdd_plugins.distributed_model.evaluation.call_rules import (
     AGGREGATIONS,
     Aggregation,
     CallKind,
@@ -26,8 +26,8 @@ from nvdd_plugins.distributed_model.call_rules import (
     get_arg,
     set_arg,
 )
-from nvdd_plugins.distributed_model.context import HaloContext
-from nvdd_plugins.distributed_model.transforms import apply_transform, refresh_together
+from nvdd_plugins.distributed_model.evaluation.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.transforms import apply_transform, refresh_together
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.spec import OpAdapter
 
