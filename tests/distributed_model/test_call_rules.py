@@ -12,7 +12,7 @@ import torch
 from torch.overrides import handle_torch_function, has_torch_function
 
 import tests.torture.zoo  # noqa: F401  (registers torch.ops.torture.edge_scatter)
-from nvdd_plugins.distributed_model import call_rules
+from nvdd_plugins.distributed_model.evaluation import call_rules
 from nvdd_plugins.distributed_model.evaluation.interception import HaloInterceptionMode
 from nvdd_plugins.spec import OpAdapter, ScatterOutputs, scattered_onto_nodes
 from nvdd_plugins.validate import Handling
