@@ -19,6 +19,7 @@ import torch
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
+from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.rows.chunk_grid import (
@@ -225,13 +226,8 @@ class ChunkedRows:
                 ptr=torch.tensor([0, atoms.shape[0]], device=atoms.device),
             )
             out = self.runner.run_alone(batch, n_owned)
-            energies = out.get("energies")
-            if energies is None or energies.shape != (atoms.shape[0],):
-                raise ValueError(
-                    f'{type(self.model).__name__} must return per-atom "energies" over all '
-                    "rows for chunked evaluation"
-                )
-            derived = leaves.derive(energies[:n_owned].sum(), cell, self.model)
+            check_energies(out.get("energies"), atoms.shape[0])
+            derived = leaves.derive(out["energies"][:n_owned].sum(), cell, self.model)
         if "pair_gradients" in derived:
             gradients = derived.pop("pair_gradients")
             derived["stresses"] = edge_stresses(batch, gradients, cell, atoms.shape[0])
