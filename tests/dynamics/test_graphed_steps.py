@@ -1,0 +1,112 @@
+"""Steps replayed from a captured graph (`GraphedSteps`) on the CPU with `EagerStepGraph`:
+the bookkeeping (static buffers, steps masked after the stale flag, the eager rebuild step,
+hook windows, the step count) gives the eager trajectory bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
+from nvdd_plugins.models import BaseModelMixin
+from tests.helpers.step_graphs import EagerStepGraph
+from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, mpnn_model
+
+N_STEPS = 40
+
+
+class _Recorder:
+    """An AFTER_STEP hook every 7 steps keeping the step and positions."""
+
+    stage = DynamicsStage.AFTER_STEP
+    frequency = 7
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, torch.Tensor]] = []
+
+    def __call__(self, ctx, stage) -> None:
+        self.seen.append((ctx.step, ctx.batch.positions.clone()))
+
+
+def _run(model: BaseModelMixin, graphed: bool) -> tuple[Batch, DomainParallel, _Recorder]:
+    """N_STEPS of NVE at one rank, fixed shapes: replayed (`graphed`) or eager steps."""
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    recorder = _Recorder()
+    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=[recorder])
+    dd.dynamics.graphed.graph_factory = EagerStepGraph
+    batch = dd.partition(hot_bulk())
+    if graphed:
+        dd.run(batch, N_STEPS)
+    else:
+        for _ in range(N_STEPS):
+            dd.step(batch)
+    return batch, dd, recorder
+
+
+@pytest.mark.parametrize("make_model", [lj_model, mpnn_model], ids=["lj", "mpnn"])
+def test_replayed_steps_equal_eager_steps(make_model) -> None:
+    eager, eager_dd, eager_hook = _run(make_model(), graphed=False)
+    replayed, dd, hook = _run(make_model(), graphed=True)
+    assert dd.model.rebuilds >= 3  # the run crosses rebuilds
+    assert dd.model.rebuilds == eager_dd.model.rebuilds
+    assert dd.dynamics.graphed.captures == dd.model.rebuilds  # one capture per view
+    assert dd.dynamics.step_count == eager_dd.dynamics.step_count == N_STEPS
+    for name in ("positions", "velocities", "forces", "energy"):
+        assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
+    assert [s for s, _ in hook.seen] == [s for s, _ in eager_hook.seen] == [7, 14, 21, 28, 35]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(hook.seen, eager_hook.seen, strict=True))
+
+
+def test_fixed_shapes_match_the_pruned_eager_run() -> None:
+    model = lj_model()
+    replayed, _, _ = _run(model, graphed=True)
+    config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator())
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)
+    batch = dd.partition(hot_bulk())
+    dd.run(batch, N_STEPS)
+    assert dd.config.cuda_graphs == "auto" and dd.model.config.cuda_graphs is False
+    assert torch.allclose(replayed.positions, batch.positions, rtol=0, atol=1e-10)
+
+
+def test_auto_is_off_on_the_cpu_and_for_langevin() -> None:
+    model = lj_model()
+    config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator())
+    assert DomainParallel(NVE(model, MD_DT_FS), config).model.config.cuda_graphs is False
+    langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
+    assert DomainParallel(langevin, config).model.config.cuda_graphs is False
+    assert NVE(model, MD_DT_FS).evaluator.captured_steps is True  # one process: NVE asks
+
+
+def test_true_where_it_cannot_work_is_refused() -> None:
+    model = lj_model()
+    with pytest.raises(ValueError, match="cuda_graphs must be"):
+        DomainConfig(cutoff=6.0, cuda_graphs="yes")
+    config = DomainConfig(cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True)
+    langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
+    with pytest.raises(ValueError, match="integrator whose step can be captured"):
+        DomainParallel(langevin, config)
+    chunked = DomainConfig(
+        cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True, chunk_atoms=50
+    )
+    with pytest.raises(ValueError, match="chunk_atoms=None"):
+        DomainParallel(NVE(model, MD_DT_FS), chunked)
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)  # accepted; the device is checked at capture
+    batch = dd.partition(hot_bulk())
+    with pytest.raises(ValueError, match="needs the model and atoms on a CUDA device"):
+        dd.run(batch, 3)
+
+
+def test_a_subclass_changing_the_update_is_not_captured() -> None:
+    class Rescaled(NVE):
+        def post_update(self, batch: Batch) -> None:
+            super().post_update(batch)
+            batch.velocities = batch.velocities * 0.99
+
+    class DeclaredRescaled(Rescaled):
+        capturable = True
+
+    assert NVE.capturable and not Rescaled.capturable and DeclaredRescaled.capturable
