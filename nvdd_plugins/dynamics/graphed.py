@@ -15,6 +15,7 @@ kernel's summation order is not fixed, e.g. atomic scatters).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -25,6 +26,8 @@ from nvdd_plugins.dynamics.stages import AttachedHook, DynamicsStage
 
 if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
     from nvdd_plugins.dynamics.base import BaseDynamics
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CudaStepGraph", "FixedShapeEvaluator", "GraphedSteps", "StepGraph", "hook_free_steps"]
 
@@ -48,6 +51,10 @@ class FixedShapeEvaluator(Protocol):
 
     def evaluate_fixed(self, batch: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
         """The model's `properties` on the current view, without the rebuild check."""
+
+    def graphs_required(self) -> bool:
+        """Whether graphs were asked for explicitly (`cuda_graphs=True`): a step that
+        cannot be captured is then an error, not a fall-back to eager steps."""
 
 
 class StepGraph(Protocol):
@@ -140,6 +147,7 @@ class GraphedSteps:
         self.graph_factory = graph_factory
         self.graph: StepGraph | None = None
         self.captures = 0  # graphs captured so far (one per rebuilt view that was replayed)
+        self.failure: str | None = None  # why capture failed (then steps stay eager)
         self._token: Hashable | None = None
         self._shared: dict[str, torch.Tensor] = {}  # fields the step reads, as captured
         self._state: dict[str, torch.Tensor] = {}  # static copies of the fields it replaces
@@ -151,13 +159,17 @@ class GraphedSteps:
         many were kept (0 when the evaluator cannot be captured now, or the first step needs
         a rebuild: the caller then takes an eager step)."""
         evaluator = self.dynamics.evaluator
-        if limit < 1 or not isinstance(evaluator, FixedShapeEvaluator):
+        if limit < 1 or self.failure or not isinstance(evaluator, FixedShapeEvaluator):
             return 0
         token = evaluator.graph_token(batch)
         if token is None or not self.dynamics.has_current_forces(batch):
             return 0
         if self.graph is None or token != self._token or not self._same_inputs(batch):
-            self._capture(batch, evaluator, token)
+            try:
+                self._capture(batch, evaluator, token)
+            except RuntimeError as err:
+                self._give_up(err, evaluator)
+                return 0
         for name, static in self._state.items():
             static.copy_(getattr(batch, name))
         self._flag.zero_()
@@ -218,6 +230,20 @@ class GraphedSteps:
         graph.capture(lambda: self._kept_step(batch, evaluator))
         self.graph, self._token = graph, token
         self.captures += 1
+
+    def _give_up(self, err: RuntimeError, evaluator: FixedShapeEvaluator) -> None:
+        """A step that cannot be captured (the model reads device values on the host, or
+        copies from unpinned host memory): an error when graphs were asked for, else a
+        warning and eager steps from now on."""
+        self.graph = None
+        self.failure = f"{type(self.dynamics).__name__}'s step could not be captured: {err}"
+        if evaluator.graphs_required():
+            raise RuntimeError(
+                f"cuda_graphs=True: {self.failure}. Keep host reads and host-to-device copies "
+                'out of the model\'s forward, or pass cuda_graphs="auto" (eager steps then) '
+                "or False"
+            ) from err
+        logger.warning("%s; its steps run eagerly", self.failure)
 
     def _kept_step(self, batch: Batch, evaluator: FixedShapeEvaluator) -> None:
         """The recorded step: the state fields are the static buffers, overwritten only

@@ -15,7 +15,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
-from nvdd_plugins.data import Batch
+from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
@@ -51,7 +51,7 @@ class SpecRunner:
         # eager forwards take the spec's shortcuts (no op interception, no edges into ghost
         # rows) once a forward taking them agreed with the reference one
         self._marked = distribution.aggregations_marked and not config.compile
-        self._target_row = None if config.fixed_shapes else distribution.edge_target_row
+        self._target_row = None if config.compile else distribution.edge_target_row
         self._claims_verified = not (self._marked or self._target_row is not None)
         self._compiled: Any = None
         self._slot = HaloSlot()
@@ -79,8 +79,8 @@ class SpecRunner:
                 if self.config.compile and not self.checking:
                     return self._compiled_forward(batch.device)(batch, ctx)
                 if not self._claims_verified:
-                    return self._verified_forward(batch, ctx)
-                batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+                    return self._verified_forward(batch, view, ctx)
+                batch = self._claimed(batch, view, ctx)
                 if self._marked and not self.checking:
                     with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                         return self.model(batch)
@@ -112,15 +112,33 @@ class SpecRunner:
         on zero rows (mace cannot)."""
         return ctx.owned_rows() if self._all_own_atoms else None
 
-    def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
-        """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
-        says every aggregation writes onto one row of it."""
+    def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
+        """`batch` without the edges into ghost rows, when the spec says every aggregation
+        writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
+        itself), or at fixed shapes (`DomainConfig.fixed_shapes`: no data-dependent
+        filtering) a copy of `batch` leaves them out, with a shape fixed for the view's
+        life."""
         if self._target_row is None or ctx.n_owned == ctx.n_rows:
-            return edge_index
-        into_owned = edge_index[self._target_row] < ctx.n_owned
-        return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))
+            return batch
+        edge_index = batch.edge_index
+        if not self.config.fixed_shapes:
+            into_owned = edge_index[self._target_row] < ctx.n_owned
+            sentinel = torch.full_like(edge_index, ctx.n_rows)
+            batch.edge_index = torch.where(into_owned, edge_index, sentinel)
+            return batch
+        slots = view.slots_onto_owned(self._target_row)
+        edges = {
+            name: value[slots]
+            for name, value in batch.fields(FieldLevel.EDGE)
+            if name != "edge_index"
+        }
+        claimed = batch.copy()
+        claimed.set_edges(edge_index[:, slots], **edges)
+        return claimed
 
-    def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
+    def _verified_forward(
+        self, batch: Batch, view: HaloView, ctx: HaloContext
+    ) -> dict[str, torch.Tensor]:
         """A checked forward that also tests the spec's shortcuts (collective): the reference
         forward (under interception with the checks on, every edge) without gradients, then
         the forward taking the shortcuts, whose outputs are returned once their owned
@@ -129,7 +147,7 @@ class SpecRunner:
         than the later ones."""
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
-        batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+        batch = self._claimed(batch, view, ctx)
         if self._marked:
             with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                 out = self.model(batch)

@@ -68,6 +68,7 @@ class SubdomainModel(nn.Module):
                 neighbors and neighbors.accepts_skin_pairs
             ),
         }
+        self._graphs_required = config.cuda_graphs is True
         config = config.with_graphs_resolved(needs, _on_cuda(model))
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
@@ -181,6 +182,10 @@ class DistributedModel(SubdomainModel):
         if self.config.cuda_graphs is not True or self.engine.runner.checking:
             return None
         return (self.domain.rebuilds, id(self.domain.view))
+
+    def graphs_required(self) -> bool:
+        """Whether `cuda_graphs=True` was asked for (not "auto")."""
+        return self._graphs_required
 
     def stale_for(self, owned: Batch) -> torch.Tensor:
         """0-d bool on the device, no host synchronisation: `owned`'s positions need a

@@ -91,6 +91,10 @@ class OneProcessEvaluator:
             return None
         return self.engine.graph_token(self._owned)
 
+    def graphs_required(self) -> bool:
+        """False: the one-process engine's graphs are "auto"."""
+        return False
+
     def stale_for(self, batch: Batch) -> torch.Tensor:
         """The engine's `stale_for` `batch`'s positions."""
         return self._engine().stale_for(self._owned_view(batch))
