@@ -9,7 +9,8 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
   eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
   replay  the captured graph alone, replayed back to back (kernel time of a step: the floor);
-  ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator` (eager force calls).
+  ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator` (eager force calls;
+          --ase-backends, default cueq only).
 MD rows are wall seconds per step over --steps steps after --warmup steps, rebuilds
 included (their count is printed).
 """
@@ -95,7 +96,7 @@ def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]
     row["eager_s"], row["eager_rebuilds"] = eager["s"], eager["rebuilds"]
     row["graphs_s"], row["graphs_rebuilds"] = graphs["s"], graphs["rebuilds"]
     row["replay_s"], row["captures"] = graphs.get("replay_s"), graphs.get("captures")
-    row["ase_s"] = ase_step(wrapper, n_atoms, args) if args.ase else None
+    row["ase_s"] = ase_step(wrapper, n_atoms, args) if backend in args.ase_backends else None
     row["eager_over_plain"] = row["eager_s"] / row["plain_s"]
     row["graphs_over_plain"] = row["graphs_s"] / row["plain_s"]
     if row["ase_s"] is not None:
@@ -128,7 +129,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--no-ase", dest="ase", action="store_false")
+    parser.add_argument("--ase-backends", nargs="*", default=["cueq"], help="ASE rows for these")
     parser.add_argument("--json")
     args = parser.parse_args()
     rows = []
