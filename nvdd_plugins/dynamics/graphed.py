@@ -47,7 +47,8 @@ class FixedShapeEvaluator(Protocol):
         None; it changes at every rebuild."""
 
     def stale_for(self, batch: Batch) -> torch.Tensor:
-        """0-d bool on the device: `batch`'s positions need a rebuild or are not finite."""
+        """0-d bool on the device: `batch`'s positions need a rebuild or are not finite, or
+        the last evaluation on them cannot be kept."""
 
     def evaluate_fixed(self, batch: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
         """The model's `properties` on the current view, without the rebuild check."""
@@ -166,7 +167,7 @@ class GraphedSteps:
             return 0
         if self.graph is None or token != self._token or not self._same_inputs(batch):
             try:
-                self._capture(batch, evaluator, token)
+                self._capture(batch, evaluator)
             except RuntimeError as err:
                 self._give_up(err, evaluator)
                 return 0
@@ -203,7 +204,7 @@ class GraphedSteps:
             for name, value in self._state.items()
         )
 
-    def _capture(self, batch: Batch, evaluator: FixedShapeEvaluator, token: Hashable) -> None:
+    def _capture(self, batch: Batch, evaluator: FixedShapeEvaluator) -> None:
         """Find the fields the step replaces (a warm-up step on a copy, kept nowhere), make
         static buffers of them and capture the step on those."""
         fields = dict(batch.fields())
@@ -228,7 +229,8 @@ class GraphedSteps:
         self._flag = torch.zeros((), dtype=torch.bool, device=device)
         self._kept = torch.zeros((), dtype=torch.int64, device=device)
         graph.capture(lambda: self._kept_step(batch, evaluator))
-        self.graph, self._token = graph, token
+        # the warm-up may have resized the view's buffers (`graph_token` says so)
+        self.graph, self._token = graph, evaluator.graph_token(batch)
         self.captures += 1
 
     def _give_up(self, err: RuntimeError, evaluator: FixedShapeEvaluator) -> None:
@@ -265,8 +267,8 @@ class GraphedSteps:
         the stale flag."""
         dynamics = self.dynamics
         dynamics.pre_update(work)
-        stale = evaluator.stale_for(work)
         results = evaluator.evaluate_fixed(work, dynamics.compute_properties)
+        stale = evaluator.stale_for(work)  # after the evaluation, which may flag too
         work.forces = results["forces"]
         work.energy = results["energy"]
         if "stress" in results:

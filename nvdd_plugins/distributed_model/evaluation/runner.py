@@ -23,6 +23,7 @@ from nvdd_plugins.distributed_model.evaluation.interception import (
     SENTINEL_RULE,
     HaloInterceptionMode,
 )
+from nvdd_plugins.distributed_model.evaluation.pair_capacity import PairCapacity
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
@@ -56,10 +57,15 @@ class SpecRunner:
         self._compiled: Any = None
         self._slot = HaloSlot()
         self._all_own_atoms = False  # every rank owns atoms (decided at each rebuild)
+        neighbors = model.model_config.neighbor_config
+        # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
+        self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
 
     def rebuilt(self) -> None:
         """The view changed: check the next forward."""
         self.checking = True
+        if self.pairs is not None:
+            self.pairs.reset()
 
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
@@ -117,7 +123,8 @@ class SpecRunner:
         writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
         itself), or at fixed shapes (`DomainConfig.fixed_shapes`: no data-dependent
         filtering) a copy of `batch` leaves them out, with a shape fixed for the view's
-        life."""
+        life, and with it the pairs beyond the cutoff when the model prunes them
+        (`PairCapacity`)."""
         if self._target_row is None or ctx.n_owned == ctx.n_rows:
             return batch
         edge_index = batch.edge_index
@@ -134,7 +141,9 @@ class SpecRunner:
         }
         claimed = batch.copy()
         claimed.set_edges(edge_index[:, slots], **edges)
-        return claimed
+        if self.pairs is None:
+            return claimed
+        return self.pairs.within(claimed, self.model.cutoff)
 
     def _verified_forward(
         self, batch: Batch, view: HaloView, ctx: HaloContext

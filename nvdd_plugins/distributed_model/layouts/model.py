@@ -175,13 +175,16 @@ class DistributedModel(SubdomainModel):
             self.rebuild(owned)
 
     # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
-    def graph_token(self, owned: Batch) -> tuple[int, int] | None:
+    def graph_token(self, owned: Batch) -> tuple[int, int, int | None] | None:
         """The current view's identity when a step may be captured now, else None: graphs
         are on (`config.cuda_graphs`) and the next forward is not the checked one (the
-        first after a rebuild runs eagerly). It changes at every rebuild."""
-        if self.config.cuda_graphs is not True or self.engine.runner.checking:
+        first after a rebuild runs eagerly). It changes at every rebuild and when the
+        capacity of pairs within the cutoff grows."""
+        runner = self.engine.runner
+        if self.config.cuda_graphs is not True or runner.checking:
             return None
-        return (self.domain.rebuilds, id(self.domain.view))
+        pairs = None if runner.pairs is None else runner.pairs.version
+        return (self.domain.rebuilds, id(self.domain.view), pairs)
 
     def graphs_required(self) -> bool:
         """Whether `cuda_graphs=True` was asked for (not "auto")."""
@@ -190,9 +193,14 @@ class DistributedModel(SubdomainModel):
     def stale_for(self, owned: Batch) -> torch.Tensor:
         """0-d bool on the device, no host synchronisation: `owned`'s positions need a
         rebuild (an atom moved more than the threshold, the cell changed) or are not
-        finite. One rank only: a mesh would all-reduce it."""
+        finite, or the last evaluation had more pairs within the cutoff than their
+        capacity. One rank only: a mesh would all-reduce it."""
         positions = owned.positions.detach()
-        return self.domain.verlet.stale(positions, owned.cell[0]) | any_non_finite(positions)
+        stale = self.domain.verlet.stale(positions, owned.cell[0]) | any_non_finite(positions)
+        pairs = self.engine.runner.pairs
+        if pairs is not None and pairs.overflow is not None:
+            stale = stale | pairs.overflow
+        return stale
 
     def evaluate_fixed(
         self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES

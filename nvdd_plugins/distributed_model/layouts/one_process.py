@@ -82,7 +82,7 @@ class OneProcessEvaluator:
         return self.engine
 
     # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
-    def graph_token(self, batch: Batch) -> tuple[int, int] | None:
+    def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
         """The engine's `graph_token` for `batch` (None when the engine does not take it or
         has not evaluated this system yet)."""
         if self.engine is None or self._owned is None or not self.takes(batch):
