@@ -137,8 +137,8 @@ def main() -> None:
         for n_atoms in args.atoms:
             rows.append(case(backend, n_atoms, args))
             print(rows[-1], flush=True)
+            write_json(args.json, {"args": vars(args), "rows": rows})  # kept if cut short
     print_rows(rows)
-    write_json(args.json, {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":
