@@ -16,25 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import ase.build
 import torch
+from chunked_md import crystal  # this directory's chunked example: the same crystal
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import BaseModelMixin, MACEWrapper, SimpleMPNN, random_mace
-
-
-def crystal(cells: int, device: str, dtype: torch.dtype) -> Batch:
-    """A rattled periodic fcc Cu crystal of 4 * cells**3 atoms with small random velocities."""
-    atoms = ase.build.bulk("Cu", "fcc", a=3.61, cubic=True).repeat(cells)
-    atoms.rattle(0.05, seed=0)
-    batch = Batch.from_atoms(atoms).to(device)
-    generator = torch.Generator().manual_seed(0)
-    velocities = torch.randn(batch.positions.shape, generator=generator, dtype=torch.float64)
-    batch.add_node_property("velocities", (velocities * 0.005).to(device, dtype))
-    batch.positions = batch.positions.to(dtype)
-    return batch
 
 
 def run(

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.data import Batch
 from nvdd_plugins.models import host_checks_allowed
 
 __all__ = ["PairCapacity"]
@@ -52,11 +52,4 @@ class PairCapacity:
         assert self.capacity is not None, "an eager forward sizes the capacity first"
         self.overflow = count > self.capacity
         slots = torch.argsort((~close).to(torch.int8), stable=True)[: self.capacity]
-        edges = {
-            name: value[slots]
-            for name, value in batch.fields(FieldLevel.EDGE)
-            if name != "edge_index"
-        }
-        kept = batch.copy()
-        kept.set_edges(batch.edge_index[:, slots], **edges)
-        return kept
+        return batch.select_edges(slots)

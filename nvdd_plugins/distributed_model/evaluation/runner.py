@@ -15,7 +15,7 @@ import torch
 
 from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
-from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
@@ -133,14 +133,7 @@ class SpecRunner:
             sentinel = torch.full_like(edge_index, ctx.n_rows)
             batch.edge_index = torch.where(into_owned, edge_index, sentinel)
             return batch
-        slots = view.slots_onto_owned(self._target_row)
-        edges = {
-            name: value[slots]
-            for name, value in batch.fields(FieldLevel.EDGE)
-            if name != "edge_index"
-        }
-        claimed = batch.copy()
-        claimed.set_edges(edge_index[:, slots], **edges)
+        claimed = batch.select_edges(view.slots_onto_owned(self._target_row))
         if self.pairs is None:
             return claimed
         return self.pairs.within(claimed, self.model.cutoff)
