@@ -122,13 +122,14 @@ class CudaStepGraph:
 def hook_free_steps(hooks: Sequence[AttachedHook], start: int, limit: int) -> int:
     """How many steps from step count `start` (at most `limit`) no hook is due in: hooks of
     BEFORE_STEP and the compute stages fire at the step count a step starts from,
-    AFTER_STEP hooks at the count it ends at."""
-    for taken in range(limit):
-        step = start + taken
-        before = any(entry.due(stage, step) for entry in hooks for stage in _STEP_STAGES)
-        if before or any(entry.due(DynamicsStage.AFTER_STEP, step + 1) for entry in hooks):
-            return taken
-    return limit
+    AFTER_STEP hooks at the count it ends at (a hook is due at multiples of its interval)."""
+    free = limit
+    for entry in hooks:
+        if entry.stage in _STEP_STAGES:
+            free = min(free, -start % entry.interval)
+        elif entry.stage is DynamicsStage.AFTER_STEP:
+            free = min(free, -(start + 1) % entry.interval)
+    return max(free, 0)
 
 
 class GraphedSteps:

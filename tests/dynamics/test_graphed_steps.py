@@ -9,7 +9,8 @@ import torch
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
-from nvdd_plugins.dynamics import NVE, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
 from tests.helpers.step_graphs import EagerStepGraph
 from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, mpnn_model
@@ -165,3 +166,26 @@ def test_a_step_that_cannot_be_captured() -> None:
     dd.run(batch, N_STEPS)
     assert dd.dynamics.graphed.failure and dd.dynamics.graphed.captures == 0
     assert torch.equal(batch.positions, eager.positions)
+
+
+def test_hook_free_steps_agree_with_when_hooks_fire() -> None:
+    """The arithmetic window equals stepping through `AttachedHook.due` one step at a time."""
+    hooks = [
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.BEFORE_STEP, 5),
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.AFTER_STEP, 7),
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.ON_CONVERGE, 1),
+    ]
+    before = (DynamicsStage.BEFORE_STEP, DynamicsStage.BEFORE_COMPUTE, DynamicsStage.AFTER_COMPUTE)
+
+    def stepped(start: int, limit: int) -> int:
+        for taken in range(limit):
+            step = start + taken
+            due = any(h.due(stage, step) for h in hooks for stage in before)
+            if due or any(h.due(DynamicsStage.AFTER_STEP, step + 1) for h in hooks):
+                return taken
+        return limit
+
+    for start in range(40):
+        for limit in (0, 1, 3, 50):
+            assert hook_free_steps(hooks, start, limit) == stepped(start, limit)
+    assert hook_free_steps([], 3, 10**9) == 10**9
