@@ -9,6 +9,7 @@ import torch
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.distributed_model.layouts import model as model_layout
 from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
@@ -189,3 +190,24 @@ def test_hook_free_steps_agree_with_when_hooks_fire() -> None:
         for limit in (0, 1, 3, 50):
             assert hook_free_steps(hooks, start, limit) == stepped(start, limit)
     assert hook_free_steps([], 3, 10**9) == 10**9
+
+
+def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
+    """An integrator run on its own ("auto", here resolved as for a model on a GPU)."""
+    monkeypatch.setattr(model_layout, "_on_cuda", lambda model: True)
+    runs = []
+    for graphed in (False, True):
+        dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)
+        dynamics.graphed.graph_factory = EagerStepGraph
+        batch = _system(dynamics.model)
+        if graphed:
+            dynamics.run(batch, N_STEPS)
+        else:
+            for _ in range(N_STEPS):
+                dynamics.step(batch)
+        runs.append((batch, dynamics))
+    (eager, _), (replayed, dynamics) = runs
+    assert dynamics.evaluator.engine.config.cuda_graphs is True
+    assert dynamics.graphed.captures >= 2 and dynamics.step_count == N_STEPS
+    for name in ("positions", "velocities", "forces", "energy"):
+        assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
