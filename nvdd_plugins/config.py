@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -64,6 +66,12 @@ class DomainConfig:
         ghost_width: nvalchemi's ghost shell width, Å; nvdd's is `halo_width`
             (halo_layers x cutoff + skin, exact with a per-layer refresh), so a wider one
             changes nothing and a thinner one is refused.
+        cuda_graphs: replay the MD step between neighbour-list rebuilds as one captured CUDA
+            graph (docs/cuda_graphs.md). "auto" (default): on for an integrator that can be
+            captured (`BaseDynamics.capturable`: `NVE`) with a model on a CUDA device, at
+            one rank, halo strategy, no `chunk_atoms`; off otherwise. True: the same, with
+            a clear error where it cannot work. Graphs need fixed shapes, so views are then
+            padded as with `compile` (`fixed_shapes`).
     """
 
     cutoff: float
@@ -84,6 +92,7 @@ class DomainConfig:
     grid_dims: InitVar[tuple[int, int, int] | None] = None
     mesh_dim: InitVar[str | None] = None
     ghost_width: InitVar[float | None] = None
+    cuda_graphs: bool | Literal["auto"] = "auto"
 
     def __post_init__(
         self,
@@ -118,6 +127,8 @@ class DomainConfig:
                 f"balance_threshold (max / mean owned atoms) must be >= 1, got "
                 f"{self.balance_threshold!r}"
             )
+        if self.cuda_graphs not in (True, False, "auto"):
+            raise ValueError(f'cuda_graphs must be True, False or "auto", got {self.cuda_graphs!r}')
         if self.capacity_growth <= 1.0:
             raise ValueError("capacity_growth must be > 1")
         if self.halo_layers is not None and self.halo_layers < 1:
@@ -162,6 +173,33 @@ class DomainConfig:
     def halo_width(self) -> float:
         """Ghost shell width, Å: halo_layers (default 1) x cutoff + skin."""
         return (self.halo_layers or 1) * self.cutoff + self.skin
+
+    @property
+    def fixed_shapes(self) -> bool:
+        """Whether views keep fixed, padded shapes between rebuilds (capacities growing by
+        `capacity_growth`, empty pair slots holding far-apart padding pairs, Verlet pairs
+        handed to the model unfiltered): for `compile` and for CUDA graphs."""
+        return self.compile or self.cuda_graphs is True
+
+    def with_graphs_resolved(self, conditions: Mapping[str, bool], on_cuda: bool) -> DomainConfig:
+        """This config with `cuda_graphs` True or False. `conditions` maps what graphs need
+        (in words) to whether the caller meets it; the halo strategy and no `chunk_atoms`
+        are added here. "auto" is on when all are met and the model is `on_cuda`; True
+        raises a ValueError naming what is missing (a CPU device is refused at capture)."""
+        if self.cuda_graphs is False:
+            return self
+        needs = {
+            **conditions,
+            "the halo strategy": self.strategy is StrategyKind.HALO,
+            "the whole sub-domain at once (chunk_atoms=None)": self.chunk_atoms is None,
+        }
+        missing = [need for need, met in needs.items() if not met]
+        if missing and self.cuda_graphs is True:
+            raise ValueError(
+                f"cuda_graphs=True needs {'; '.join(missing)}: pass cuda_graphs=False or 'auto'"
+            )
+        wanted = on_cuda or self.cuda_graphs is True
+        return dataclasses.replace(self, cuda_graphs=not missing and wanted)
 
     @property
     def rebuild_threshold(self) -> float:

@@ -165,3 +165,9 @@ def test_rigid_ion_example() -> None:
     output = _ok(command, 240)
     error = float(output.split("max |force difference|:")[1].split()[0])
     assert "216 ions" in output and error < 1e-8
+
+
+@pytest.mark.slow
+def test_cuda_graphs_example_resolves_auto_off_on_the_cpu() -> None:
+    output = _ok([sys.executable, str(EXAMPLES / "single_gpu" / "cuda_graphs_md.py")], 120)
+    assert "cuda_graphs resolved: False" in output

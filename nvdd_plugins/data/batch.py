@@ -140,6 +140,15 @@ class Batch(FieldStore):
         node = {k: v[index] for k, v in self.fields(FieldLevel.NODE)}
         return Batch(node, {}, dict(self.fields(FieldLevel.SYSTEM)), ptr)
 
+    def select_edges(self, slots: torch.Tensor) -> Batch:
+        """A copy with the edges at `slots` (every per-edge field); atoms and systems shared.
+        No value is checked, so it runs without a host synchronisation."""
+        selected = self.copy()
+        edges = dict(self.fields(FieldLevel.EDGE))
+        edge_index = edges.pop("edge_index")
+        selected.set_edges(edge_index[:, slots], **{k: v[slots] for k, v in edges.items()})
+        return selected
+
     def __repr__(self) -> str:
         names = ", ".join(name for name, _ in self.fields())
         return (

@@ -16,6 +16,7 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.dynamics.graphed import GraphedSteps, hook_free_steps
 from nvdd_plugins.dynamics.reduction import SumReducer, local_sums
 from nvdd_plugins.dynamics.stages import (
     AttachedHook,
@@ -45,10 +46,16 @@ class Evaluator(Protocol):
         """The batch the model is evaluated on, as compute-stage hooks see it."""
 
 
-EvaluatorFactory = Callable[[BaseModelMixin, float], Evaluator]
-"""Builds a dynamics' evaluator from its model and Verlet skin (Å)."""
+EvaluatorFactory = Callable[[BaseModelMixin, float, bool], Evaluator]
+"""Builds a dynamics' evaluator from its model, Verlet skin (Å) and whether the dynamics'
+step may be captured as a CUDA graph (`BaseDynamics.capturable`)."""
 
-_default_evaluator: EvaluatorFactory = ModelEvaluator
+
+def _model_evaluator(model: BaseModelMixin, skin: float, captured_steps: bool) -> Evaluator:
+    return ModelEvaluator(model, skin)
+
+
+_default_evaluator: EvaluatorFactory = _model_evaluator
 
 
 def set_default_evaluator(factory: EvaluatorFactory) -> None:
@@ -83,6 +90,17 @@ class BaseDynamics:
     # True when `is_converged` reads only reduced quantities (identical on every rank), so a
     # driver need not reduce the decision again
     global_convergence: bool = False
+    # True when a step may be captured as a CUDA graph (`nvdd_plugins.dynamics.graphed`):
+    # pre_update and post_update replace batch fields (never write them in place), read no
+    # host state that changes between steps (the step count) and never converge
+    capturable: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a subclass that changes the update is not capturable unless it says so itself
+        changes_update = "pre_update" in vars(cls) or "post_update" in vars(cls)
+        if changes_update and "capturable" not in vars(cls):
+            cls.capturable = False
 
     def __init__(
         self,
@@ -95,7 +113,8 @@ class BaseDynamics:
             raise ValueError(f"dt must be a positive number of fs, got {dt!r}")
         self.model = model
         self.dt = float(dt)
-        self.evaluator: Evaluator = _default_evaluator(model, skin)
+        self.evaluator: Evaluator = _default_evaluator(model, skin, self.capturable)
+        self.graphed = GraphedSteps(self)
         self.reducer: SumReducer = local_sums
         self.step_count = 0
         self.results: dict[str, torch.Tensor] = {}
@@ -231,9 +250,23 @@ class BaseDynamics:
         """
         if forces_current:
             self.mark_forces_current(batch)
-        for _ in range(int(n_steps)):
+        n_steps, done = int(n_steps), 0
+        while done < n_steps:
+            done += self.replayed_steps(batch, n_steps - done, ())
+            if done == n_steps:
+                break
             self.step(batch)
+            done += 1
             if self.is_converged(batch):
                 self.fire(DynamicsStage.ON_CONVERGE, batch)
                 break
         return batch
+
+    def replayed_steps(self, batch: Batch, limit: int, hooks: Iterable[AttachedHook]) -> int:
+        """Take up to `limit` steps as replays of a captured CUDA graph (`graphed`), stopping
+        before a step where one of this dynamics' hooks or `hooks` (a driver's) is due;
+        returns how many were taken (0 where the step cannot be replayed now)."""
+        if not self.capturable:
+            return 0
+        limit = hook_free_steps([*self._hooks, *hooks], self.step_count, limit)
+        return self.graphed.advance(batch, limit)

@@ -22,8 +22,10 @@ def _acceleration(batch: Batch) -> torch.Tensor:
 
 
 class NVE(BaseDynamics):
-    """Velocity Verlet at constant energy. `dt` in fs."""
+    """Velocity Verlet at constant energy. `dt` in fs. Its steps between neighbour-list
+    rebuilds can be replayed as a CUDA graph (`DomainConfig.cuda_graphs`)."""
 
+    capturable = True
     required_fields = ("positions", "atomic_numbers", "atomic_masses", "velocities")
 
     def pre_update(self, batch: Batch) -> None:

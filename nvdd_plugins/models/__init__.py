@@ -10,6 +10,7 @@ from nvdd_plugins.models.base import (
     ModelInputs,
     NeighborConfig,
     NeighborListFormat,
+    host_checks_allowed,
     model_dtype,
 )
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
@@ -59,6 +60,7 @@ __all__ = [
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",
+    "host_checks_allowed",
     "model_dtype",
     "new_pair_leaf",
     "pair_gradients_of",

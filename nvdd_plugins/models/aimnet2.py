@@ -19,7 +19,13 @@ from torch import nn
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, short_range_coulomb
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    ModelInputs,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
@@ -130,7 +136,7 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         from aimnet.modules import AtomicShift, LRCoulomb, Output, SRCoulomb
 
         inputs = self.adapt_input(batch)
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self.check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index
         r_ij = inputs.positions[j] - inputs.positions[i] + inputs.shifts

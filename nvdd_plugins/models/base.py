@@ -17,6 +17,7 @@ __all__ = [
     "ModelInputs",
     "NeighborConfig",
     "NeighborListFormat",
+    "host_checks_allowed",
     "model_dtype",
 ]
 
@@ -26,6 +27,15 @@ class NeighborListFormat(StrEnum):
     pair vector `x[j] - x[i] + shifts`, both directions present."""
 
     COO = "coo"
+
+
+def host_checks_allowed() -> bool:
+    """Whether a forward may check device values on the host (a synchronisation, or a
+    data-dependent shape): not while `torch.compile` traces it, nor while a CUDA graph
+    captures it."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,7 @@ class BaseModelMixin:
         if shifts is None:
             shifts = batch.positions.new_zeros(edge_index.shape[1], 3)
         # one reduction finds whether any slot holds a padding sentinel (most views have none)
-        if not torch.compiler.is_compiling() and edge_index.numel() and edge_index.max() >= n:
+        if host_checks_allowed() and edge_index.numel() and edge_index.max() >= n:
             valid = (edge_index[0] < n) & (edge_index[1] < n)
             edge_index, shifts = edge_index[:, valid], shifts[valid]
         return ModelInputs(

@@ -21,7 +21,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
@@ -145,7 +150,7 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         """Per-atom and per-system energies (eV), E0 included."""
         inputs = self.adapt_input(batch)
         numbers = inputs.atomic_numbers
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self.check_species(numbers)
         species = self.species_index[numbers]
         dtype = inputs.positions.dtype

@@ -17,7 +17,13 @@ from torch import nn
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.geometry import complete_cell, minimum_image, perpendicular_widths
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, ModelInputs, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    ModelInputs,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.spec import SPEC_MPNN_HALO, MLIPSpec, for_strategy
 
@@ -132,7 +138,7 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom and per-system energies (eV)."""
         inputs = self.adapt_input(batch)
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self._check_cells(inputs.cell, inputs.pbc)
             self._check_species(inputs.atomic_numbers)
         i, j = inputs.edge_index

@@ -30,7 +30,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.species import require_species, species_lookup
 from nvdd_plugins.spec import (
     ENERGY_KINDS,
@@ -118,7 +123,7 @@ class NequIPWrapper(nn.Module, BaseModelMixin):
         from nequip.data import AtomicDataDict  # optional dependency
 
         inputs = self.adapt_input(batch)
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self.check_species(inputs.atomic_numbers)
         positions = inputs.positions
         center, neighbour = inputs.edge_index

@@ -18,7 +18,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.ewald import (
     COULOMB_CONSTANT,
     Ewald,
@@ -151,7 +156,7 @@ class RigidIonModel(nn.Module, BaseModelMixin):
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom energies (eV), the system's energy and per-atom charges (e)."""
         inputs = self.adapt_input(batch)
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             require_species(self.species_index, inputs.atomic_numbers, "rigid-ion")
         if inputs.num_graphs != 1 or not bool(inputs.pbc.all()):
             raise ValueError(

@@ -21,7 +21,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
@@ -92,7 +97,7 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
         from sevenn import _keys as keys  # optional dependency
 
         inputs = self.adapt_input(batch)
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self.check_species(inputs.atomic_numbers)
         species = self.species_index[inputs.atomic_numbers]
         one_hot = nn.functional.one_hot(species, self.n_species).to(inputs.positions.dtype)

@@ -30,7 +30,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.base import (
+    BaseModelMixin,
+    ModelConfig,
+    NeighborConfig,
+    host_checks_allowed,
+)
 from nvdd_plugins.spec import (
     GLOBAL_SUM_ADAPTERS,
     SPEC_MPNN_HALO,
@@ -105,7 +110,7 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         """Per-atom and per-system energies (eV) from fairchem's backbone and energy block."""
         inputs = self.adapt_input(batch)
         numbers = inputs.atomic_numbers
-        if not torch.compiler.is_compiling():
+        if host_checks_allowed():
             self._check_numbers(numbers)
         positions = inputs.positions
         center, neighbour = inputs.edge_index

@@ -69,7 +69,7 @@ class DomainParallel:
         self.dynamics = dynamics
         self.config = config
         self.n_steps = int(n_steps)
-        self.model = DistributedModel(dynamics.model, config)
+        self.model = DistributedModel(dynamics.model, config, captured_steps=dynamics.capturable)
         self.comm: Communicator = self.model.comm
         dynamics.evaluator = self.model
         self.sums = MeshSums(self.comm)
@@ -238,7 +238,9 @@ class DomainParallel:
         """`n_steps` steps (default: the constructor's); stops early on mesh-wide
         convergence. Returns this rank's owned batch.
 
-        The first step evaluates the model, unless the batch carries forces the integrator
+        Steps between neighbour-list rebuilds are replayed as a CUDA graph where
+        `DomainConfig.cuda_graphs` allows (docs/cuda_graphs.md). The first step evaluates
+        the model, unless the batch carries forces the integrator
         computed (a previous `run`, a restored checkpoint) or `forces_current=True` says the
         energy and forces the system was built with are current for its positions
         (`BaseDynamics.mark_forces_current`).
@@ -249,8 +251,14 @@ class DomainParallel:
             self.dynamics.mark_forces_current(batch)
         steps = self.n_steps if n_steps is None else int(n_steps)
         start = time.perf_counter()
-        for _ in range(steps):
+        outer = [entry for entry, _ in self._hooks]
+        done = 0
+        while done < steps:
+            done += self.dynamics.replayed_steps(batch, steps - done, outer)
+            if done == steps:
+                break
             _, converged = self.step(batch)
+            done += 1
             if converged:
                 self._fire(DynamicsStage.ON_CONVERGE, batch)
                 break

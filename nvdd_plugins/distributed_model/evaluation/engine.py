@@ -70,14 +70,16 @@ class HaloEngine:
             self.chunks = ChunkedRows(self.runner, self.shell)
         neighbors = model.model_config.neighbor_config
         self._weighs_far_pairs_zero = bool(neighbors and neighbors.accepts_skin_pairs)
-        self._accepts_skin_pairs = bool(neighbors and neighbors.passes_skin_pairs(config.compile))
+        self._accepts_skin_pairs = bool(
+            neighbors and neighbors.passes_skin_pairs(config.fixed_shapes)
+        )
         # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
         self._skin_pairs = self._accepts_skin_pairs
 
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
         self.runner.rebuilt()
-        if not (self._accepts_skin_pairs or self.config.compile):
+        if not (self._accepts_skin_pairs or self.config.fixed_shapes):
             # Without a skin the list holds the pairs within the cutoff only, and any motion
             # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
             # rounding, which such a model weighs zero).
@@ -85,11 +87,13 @@ class HaloEngine:
             return
         unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
         self._skin_pairs = self._accepts_skin_pairs and unambiguous
-        if self.config.compile and not unambiguous:
+        if self.config.fixed_shapes and not unambiguous:
             raise ValueError(
-                "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "
+                "compile=True and cuda_graphs pass Verlet pairs up to cutoff + skin "
+                "unfiltered, which needs "
                 f"every periodic cell width above 2 x (cutoff + skin) = "
-                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
+                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile "
+                "and cuda_graphs"
             )
 
     def wanted(self, properties: Iterable[str]) -> Wanted:
@@ -231,11 +235,11 @@ def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
         )
     neighbors = model.model_config.neighbor_config
-    if config.compile and not (neighbors and neighbors.accepts_skin_pairs):
+    if config.fixed_shapes and not (neighbors and neighbors.accepts_skin_pairs):
         raise ValueError(
-            "compile=True runs at fixed shapes without filtering pairs, so it needs a model "
-            "that weighs pairs beyond its cutoff exactly zero (NeighborConfig("
-            "accepts_skin_pairs=True))"
+            "compile=True and cuda_graphs run at fixed shapes without filtering pairs, so "
+            "they need a model that weighs pairs beyond its cutoff exactly zero "
+            "(NeighborConfig(accepts_skin_pairs=True))"
         )
     if model.cutoff > config.cutoff:
         raise ValueError(

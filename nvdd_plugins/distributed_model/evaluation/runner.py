@@ -23,6 +23,7 @@ from nvdd_plugins.distributed_model.evaluation.interception import (
     SENTINEL_RULE,
     HaloInterceptionMode,
 )
+from nvdd_plugins.distributed_model.evaluation.pair_capacity import PairCapacity
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
@@ -56,10 +57,15 @@ class SpecRunner:
         self._compiled: Any = None
         self._slot = HaloSlot()
         self._all_own_atoms = False  # every rank owns atoms (decided at each rebuild)
+        neighbors = model.model_config.neighbor_config
+        # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
+        self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
 
     def rebuilt(self) -> None:
         """The view changed: check the next forward."""
         self.checking = True
+        if self.pairs is not None:
+            self.pairs.reset()
 
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
@@ -79,8 +85,8 @@ class SpecRunner:
                 if self.config.compile and not self.checking:
                     return self._compiled_forward(batch.device)(batch, ctx)
                 if not self._claims_verified:
-                    return self._verified_forward(batch, ctx)
-                batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+                    return self._verified_forward(batch, view, ctx)
+                batch = self._claimed(batch, view, ctx)
                 if self._marked and not self.checking:
                     with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                         return self.model(batch)
@@ -112,15 +118,29 @@ class SpecRunner:
         on zero rows (mace cannot)."""
         return ctx.owned_rows() if self._all_own_atoms else None
 
-    def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
-        """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
-        says every aggregation writes onto one row of it."""
+    def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
+        """`batch` without the edges into ghost rows, when the spec says every aggregation
+        writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
+        itself), or at fixed shapes (`DomainConfig.fixed_shapes`: no data-dependent
+        filtering) a copy of `batch` leaves them out, with a shape fixed for the view's
+        life, and with it the pairs beyond the cutoff when the model prunes them
+        (`PairCapacity`)."""
         if self._target_row is None or ctx.n_owned == ctx.n_rows:
-            return edge_index
-        into_owned = edge_index[self._target_row] < ctx.n_owned
-        return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))
+            return batch
+        edge_index = batch.edge_index
+        if not self.config.fixed_shapes:
+            into_owned = edge_index[self._target_row] < ctx.n_owned
+            sentinel = torch.full_like(edge_index, ctx.n_rows)
+            batch.edge_index = torch.where(into_owned, edge_index, sentinel)
+            return batch
+        claimed = batch.select_edges(view.slots_onto_owned(self._target_row))
+        if self.pairs is None:
+            return claimed
+        return self.pairs.within(claimed, self.model.cutoff)
 
-    def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
+    def _verified_forward(
+        self, batch: Batch, view: HaloView, ctx: HaloContext
+    ) -> dict[str, torch.Tensor]:
         """A checked forward that also tests the spec's shortcuts (collective): the reference
         forward (under interception with the checks on, every edge) without gradients, then
         the forward taking the shortcuts, whose outputs are returned once their owned
@@ -129,7 +149,7 @@ class SpecRunner:
         than the later ones."""
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
-        batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+        batch = self._claimed(batch, view, ctx)
         if self._marked:
             with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                 out = self.model(batch)

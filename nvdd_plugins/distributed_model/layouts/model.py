@@ -3,6 +3,7 @@ or graph partition, as `DomainConfig.strategy` says), each rank holding only its
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,13 +43,33 @@ class SubdomainModel(nn.Module):
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
         config: the `DomainConfig` (cutoff must cover the model's).
         mesh: communicator; default `config.mesh`.
+        captured_steps: an integrator drives this model whose step may be captured as a
+            CUDA graph (`config.cuda_graphs` is resolved against it).
     """
 
-    def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        config: DomainConfig,
+        mesh: Any = None,
+        captured_steps: bool = False,
+    ) -> None:
         super().__init__()
         self.comm: Communicator = resolve_communicator(mesh if mesh is not None else config.mesh)
         if config.balance_weight == "time":  # weighs ranks by the time they compute
             self.comm = TimedCommunicator(self.comm)
+        neighbors = model.model_config.neighbor_config
+        needs = {
+            "an integrator whose step can be captured (BaseDynamics.capturable: NVE)": (
+                captured_steps
+            ),
+            "one rank (multi-rank capture is not implemented)": self.comm.size == 1,
+            "a model weighing pairs beyond its cutoff zero (accepts_skin_pairs)": bool(
+                neighbors and neighbors.accepts_skin_pairs
+            ),
+        }
+        self._graphs_required = config.cuda_graphs is True
+        config = config.with_graphs_resolved(needs, _on_cuda(model))
         self.engine = HaloEngine(model, config, self.comm)
         self.config = self.engine.config  # with the ghost shell the engine needs
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
@@ -153,6 +174,41 @@ class DistributedModel(SubdomainModel):
             self.domain.migrate(owned)
             self.rebuild(owned)
 
+    # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
+    def graph_token(self, owned: Batch) -> tuple[int, int, int | None] | None:
+        """The current view's identity when a step may be captured now, else None: graphs
+        are on (`config.cuda_graphs`) and the next forward is not the checked one (the
+        first after a rebuild runs eagerly). It changes at every rebuild and when the
+        capacity of pairs within the cutoff grows."""
+        runner = self.engine.runner
+        if self.config.cuda_graphs is not True or runner.checking:
+            return None
+        pairs = None if runner.pairs is None else runner.pairs.version
+        return (self.domain.rebuilds, id(self.domain.view), pairs)
+
+    def graphs_required(self) -> bool:
+        """Whether `cuda_graphs=True` was asked for (not "auto")."""
+        return self._graphs_required
+
+    def stale_for(self, owned: Batch) -> torch.Tensor:
+        """0-d bool on the device, no host synchronisation: `owned`'s positions need a
+        rebuild (an atom moved more than the threshold, the cell changed) or are not
+        finite, or the last evaluation had more pairs within the cutoff than their
+        capacity. One rank only: a mesh would all-reduce it."""
+        positions = owned.positions.detach()
+        stale = self.domain.verlet.stale(positions, owned.cell[0]) | any_non_finite(positions)
+        pairs = self.engine.runner.pairs
+        if pairs is not None and pairs.overflow is not None:
+            stale = stale | pairs.overflow
+        return stale
+
+    def evaluate_fixed(
+        self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """`forward` on the current view without the rebuild check (what a captured step
+        runs; `stale_for` decides whether its result is kept)."""
+        return self.evaluate_view(self.domain.view, owned, properties)
+
     def check_finite(self, owned: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
         or energy, are NaN or infinite (collective; `prepare` does this every step)."""
@@ -168,3 +224,9 @@ class DistributedModel(SubdomainModel):
         batch = self.engine.batch(view, rows, owned.cell, owned.pbc)
         batch.add_node_property("global_ids", view.global_ids)
         return batch
+
+
+def _on_cuda(model: nn.Module) -> bool:
+    """Whether the model's first parameter or buffer is on a CUDA device (False without any)."""
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return tensor is not None and tensor.device.type == "cuda"

@@ -36,14 +36,19 @@ class OneProcessEvaluator:
     Args:
         model: the model wrapper.
         skin: Verlet skin, Å.
+        captured_steps: the dynamics' step may be captured as a CUDA graph
+            (`DomainConfig.cuda_graphs="auto"`: on for a model on a CUDA device).
     """
 
     # a neighbour list on the batch is used (and then `ModelEvaluator` evaluates it)
     uses_batch_neighbors = True
 
-    def __init__(self, model: BaseModelMixin, skin: float = 0.0) -> None:
+    def __init__(
+        self, model: BaseModelMixin, skin: float = 0.0, captured_steps: bool = False
+    ) -> None:
         self.model = model
         self.skin = float(skin)
+        self.captured_steps = captured_steps
         self.fallback = ModelEvaluator(model, skin)
         self.distributable = model.distribution_spec(StrategyKind.HALO) is not None
         self.engine: DistributedModel | None = None
@@ -73,8 +78,32 @@ class OneProcessEvaluator:
             config = DomainConfig(
                 cutoff=self.model.cutoff, skin=self.skin, mesh=LocalCommunicator()
             )
-            self.engine = DistributedModel(self.model, config)
+            self.engine = DistributedModel(self.model, config, captured_steps=self.captured_steps)
         return self.engine
+
+    # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
+    def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
+        """The engine's `graph_token` for `batch` (None when the engine does not take it or
+        has not evaluated this system yet)."""
+        if self.engine is None or self._owned is None or not self.takes(batch):
+            return None
+        if not self._same_system(batch, self._owned):
+            return None
+        return self.engine.graph_token(self._owned)
+
+    def graphs_required(self) -> bool:
+        """False: the one-process engine's graphs are "auto"."""
+        return False
+
+    def stale_for(self, batch: Batch) -> torch.Tensor:
+        """The engine's `stale_for` `batch`'s positions."""
+        return self._engine().stale_for(self._owned_view(batch))
+
+    def evaluate_fixed(
+        self, batch: Batch, properties: Iterable[str] = ("energy", "forces")
+    ) -> dict[str, torch.Tensor]:
+        """The engine's `evaluate_fixed` on `batch`."""
+        return self._engine().evaluate_fixed(self._owned_view(batch), properties)
 
     def _owned_view(self, batch: Batch) -> Batch:
         """The engine's input for `batch`: its positions, species and cell, with global ids

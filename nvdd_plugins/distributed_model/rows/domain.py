@@ -48,7 +48,7 @@ class HaloDomain:
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # atoms this rank received by migration so far
         self.rebalances = 0  # times the cuts moved to balance the load (setup included)
-        growth = config.capacity_growth if config.compile else None
+        growth = config.capacity_growth if config.fixed_shapes else None
         self.verlet = VerletState(config.skin, config.rebuild_threshold, growth)
 
     # -- set-up ---------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class HaloDomain:
         partitioner = self._follow_cell(cell, positions.device)
         capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
         padding = Padding(
-            self.padding_species, partitioner.halo_width, *capacities, self.config.compile
+            self.padding_species, partitioner.halo_width, *capacities, self.config.fixed_shapes
         )
         listing = self.config.chunk_atoms is None
         view = build_halo_view(self.comm, partitioner, owned, padding, list_pairs=listing)

@@ -1,0 +1,278 @@
+"""Steps between neighbour-list rebuilds replayed as one captured CUDA graph.
+
+A step of a `capturable` dynamics is pre_update, one evaluation at the view's fixed shapes
+and post_update. `GraphedSteps` captures that step once per view (after the eager step that
+rebuilt and checked it) on static buffers and replays it. Each replay also asks the
+evaluator, on the device, whether the drifted positions need a rebuild (or are not finite)
+and whether the new energy and forces are finite; such a step is not kept: its state is
+masked out (`torch.where`), a sticky device flag stays up, and the replays after it change
+nothing. The host reads a device counter of the steps kept, one replay behind (the next
+replay is already queued), so the device never waits for the host; the step that raised the
+flag is then taken eagerly from the last kept state, rebuilding as an eager run would. The
+trajectory is the eager one: the same kernels on the same values (to rounding where a
+kernel's summation order is not fixed, e.g. atomic scatters).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import torch
+
+from nvdd_plugins.data import Batch
+from nvdd_plugins.dynamics.stages import AttachedHook, DynamicsStage
+
+if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
+    from nvdd_plugins.dynamics.base import BaseDynamics
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CudaStepGraph", "FixedShapeEvaluator", "GraphedSteps", "StepGraph", "hook_free_steps"]
+
+_STEP_STAGES = (
+    DynamicsStage.BEFORE_STEP,
+    DynamicsStage.BEFORE_COMPUTE,
+    DynamicsStage.AFTER_COMPUTE,
+)
+
+
+@runtime_checkable
+class FixedShapeEvaluator(Protocol):
+    """An evaluator whose evaluations between rebuilds can be captured."""
+
+    def graph_token(self, batch: Batch) -> Hashable | None:
+        """The current view's identity when a step on `batch` may be captured now, else
+        None; it changes at every rebuild."""
+
+    def stale_for(self, batch: Batch) -> torch.Tensor:
+        """0-d bool on the device: `batch`'s positions need a rebuild or are not finite, or
+        the last evaluation on them cannot be kept."""
+
+    def evaluate_fixed(self, batch: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
+        """The model's `properties` on the current view, without the rebuild check."""
+
+    def graphs_required(self) -> bool:
+        """Whether graphs were asked for explicitly (`cuda_graphs=True`): a step that
+        cannot be captured is then an error, not a fall-back to eager steps."""
+
+
+class StepGraph(Protocol):
+    """A recorded step: `warm_up(fn)`, `capture(body)` once, then `replay()` runs it again."""
+
+    def warm_up(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once before capturing."""
+
+    def capture(self, body: Callable[[], None]) -> None:
+        """Record `body`."""
+
+    def replay(self) -> None:
+        """Run the recorded step."""
+
+    def read_later(self, value: torch.Tensor) -> Callable[[], int]:
+        """A function that returns `value` (a device int) as it is now in stream order."""
+
+
+class CudaStepGraph:
+    """`StepGraph` on a `torch.cuda.CUDAGraph` for a step on `device`: warm-up and capture
+    on a side stream."""
+
+    def __init__(self, device: torch.device) -> None:
+        if device.type != "cuda":
+            raise ValueError(
+                f"cuda_graphs=True needs the model and atoms on a CUDA device, not {device}: "
+                'pass cuda_graphs="auto" (off on the CPU) or False'
+            )
+        self.graph = torch.cuda.CUDAGraph()
+
+    def warm_up(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on a side stream (lazy initialisations, kernel libraries tuning
+        themselves per shape happen outside the capture)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+
+    def capture(self, body: Callable[[], None]) -> None:
+        """Capture `body` (on a side stream, as `torch.cuda.graph` does)."""
+        with torch.cuda.graph(self.graph):
+            body()
+
+    def replay(self) -> None:
+        """Launch the graph."""
+        self.graph.replay()
+
+    def read_later(self, value: torch.Tensor) -> Callable[[], int]:
+        """Copy `value` to pinned host memory behind the queued work; the function waits
+        for that copy only."""
+        host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+        host.copy_(value, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+        def result() -> int:
+            done.synchronize()
+            return int(host)
+
+        return result
+
+
+def hook_free_steps(hooks: Sequence[AttachedHook], start: int, limit: int) -> int:
+    """How many steps from step count `start` (at most `limit`) no hook is due in: hooks of
+    BEFORE_STEP and the compute stages fire at the step count a step starts from,
+    AFTER_STEP hooks at the count it ends at (a hook is due at multiples of its interval)."""
+    free = limit
+    for entry in hooks:
+        if entry.stage in _STEP_STAGES:
+            free = min(free, -start % entry.interval)
+        elif entry.stage is DynamicsStage.AFTER_STEP:
+            free = min(free, -(start + 1) % entry.interval)
+    return max(free, 0)
+
+
+class GraphedSteps:
+    """Take a dynamics' steps by replaying a captured step (see the module docstring).
+
+    Args:
+        dynamics: a `capturable` dynamics whose evaluator is a `FixedShapeEvaluator`.
+        graph_factory: makes a `StepGraph` for the atoms' device (default: `CudaStepGraph`).
+    """
+
+    def __init__(
+        self,
+        dynamics: BaseDynamics,
+        graph_factory: Callable[[torch.device], StepGraph] = CudaStepGraph,
+    ) -> None:
+        self.dynamics = dynamics
+        self.graph_factory = graph_factory
+        self.graph: StepGraph | None = None
+        self.captures = 0  # graphs captured so far (one per rebuilt view that was replayed)
+        self.failure: str | None = None  # why capture failed (then steps stay eager)
+        self._token: Hashable | None = None
+        self._shared: dict[str, torch.Tensor] = {}  # fields the step reads, as captured
+        self._state: dict[str, torch.Tensor] = {}  # static copies of the fields it replaces
+        self._flag = torch.zeros(())
+        self._kept = torch.zeros(())
+
+    def advance(self, batch: Batch, limit: int) -> int:
+        """Take up to `limit` steps of `batch` by replaying the captured step; returns how
+        many were kept (0 when the evaluator cannot be captured now, or the first step needs
+        a rebuild: the caller then takes an eager step)."""
+        evaluator = self.dynamics.evaluator
+        if limit < 1 or self.failure or not isinstance(evaluator, FixedShapeEvaluator):
+            return 0
+        token = evaluator.graph_token(batch)
+        if token is None or not self.dynamics.has_current_forces(batch):
+            return 0
+        if self.graph is None or token != self._token or not self._same_inputs(batch):
+            try:
+                self._capture(batch, evaluator)
+            except RuntimeError as err:
+                self._give_up(err, evaluator)
+                return 0
+        for name, static in self._state.items():
+            static.copy_(getattr(batch, name))
+        self._flag.zero_()
+        self._kept.zero_()
+        kept = self._replay(limit)
+        for name, static in self._state.items():
+            setattr(batch, name, static.clone())
+        self.dynamics.step_count += kept
+        self.dynamics.mark_forces_current(batch)
+        return kept
+
+    def _replay(self, limit: int) -> int:
+        """Replay up to `limit` times, reading the kept count one replay behind."""
+        assert self.graph is not None
+        pending = None
+        for replays in range(1, limit + 1):
+            self.graph.replay()
+            if pending is not None and pending() < replays - 1:
+                break  # the flag went up: the replay just queued keeps nothing
+            pending = self.graph.read_later(self._kept)
+        return self.graph.read_later(self._kept)()
+
+    def _same_inputs(self, batch: Batch) -> bool:
+        """Whether `batch` holds the tensors the graph reads (else it is captured again)."""
+        fields = dict(batch.fields())
+        if fields.keys() != self._shared.keys() | self._state.keys():
+            return False
+        shared = all(fields[name] is value for name, value in self._shared.items())
+        return shared and all(
+            fields[name].shape == value.shape and fields[name].dtype == value.dtype
+            for name, value in self._state.items()
+        )
+
+    def _capture(self, batch: Batch, evaluator: FixedShapeEvaluator) -> None:
+        """Find the fields the step replaces (a warm-up step on a copy, kept nowhere), make
+        static buffers of them and capture the step on those."""
+        fields = dict(batch.fields())
+        replaced: list[str] = []
+
+        def warmup() -> None:
+            work = batch.copy()
+            self._step(work, evaluator)
+            replaced[:] = [name for name, value in work.fields() if value is not fields.get(name)]
+
+        self.graph = None  # the old graph's memory goes before the new one is captured
+        device = batch.positions.device
+        graph = self.graph_factory(device)
+        graph.warm_up(warmup)
+        if not set(replaced) <= fields.keys():
+            raise RuntimeError(
+                f"{type(self.dynamics).__name__}'s step adds fields "
+                f"{sorted(set(replaced) - fields.keys())}: it cannot be captured"
+            )
+        self._state = {name: fields[name].clone() for name in replaced}
+        self._shared = {name: value for name, value in fields.items() if name not in replaced}
+        self._flag = torch.zeros((), dtype=torch.bool, device=device)
+        self._kept = torch.zeros((), dtype=torch.int64, device=device)
+        graph.capture(lambda: self._kept_step(batch, evaluator))
+        # the warm-up may have resized the view's buffers (`graph_token` says so)
+        self.graph, self._token = graph, evaluator.graph_token(batch)
+        self.captures += 1
+
+    def _give_up(self, err: RuntimeError, evaluator: FixedShapeEvaluator) -> None:
+        """A step that cannot be captured (the model reads device values on the host, or
+        copies from unpinned host memory): an error when graphs were asked for, else a
+        warning and eager steps from now on."""
+        self.graph = None
+        self.failure = f"{type(self.dynamics).__name__}'s step could not be captured: {err}"
+        if evaluator.graphs_required():
+            raise RuntimeError(
+                f"cuda_graphs=True: {self.failure}. Keep host reads and host-to-device copies "
+                'out of the model\'s forward, or pass cuda_graphs="auto" (eager steps then) '
+                "or False"
+            ) from err
+        logger.warning("%s; its steps run eagerly", self.failure)
+
+    def _kept_step(self, batch: Batch, evaluator: FixedShapeEvaluator) -> None:
+        """The recorded step: the state fields are the static buffers, overwritten only
+        when the step is kept (no flag up before, positions fresh, results finite)."""
+        work = batch.copy()
+        for name, static in self._state.items():
+            setattr(work, name, static)
+        stale = self._step(work, evaluator)
+        energy, forces = work.energy.detach(), work.forces.detach()
+        broken = ~torch.isfinite(energy.sum() + forces.sum())
+        dropped = self._flag | stale | broken
+        for name, static in self._state.items():
+            static.copy_(torch.where(dropped, static, getattr(work, name)))
+        self._kept.add_((~dropped).to(self._kept.dtype))
+        self._flag.copy_(dropped)
+
+    def _step(self, work: Batch, evaluator: FixedShapeEvaluator) -> torch.Tensor:
+        """pre_update, the stale check, the evaluation and post_update on `work`; returns
+        the stale flag."""
+        dynamics = self.dynamics
+        dynamics.pre_update(work)
+        results = evaluator.evaluate_fixed(work, dynamics.compute_properties)
+        stale = evaluator.stale_for(work)  # after the evaluation, which may flag too
+        work.forces = results["forces"]
+        work.energy = results["energy"]
+        if "stress" in results:
+            work.stress = results["stress"]
+        dynamics.post_update(work)
+        return stale

@@ -1,0 +1,213 @@
+"""Steps replayed from a captured graph (`GraphedSteps`) on the CPU with `EagerStepGraph`:
+the bookkeeping (static buffers, steps masked after the stale flag, the eager rebuild step,
+hook windows, the step count) gives the eager trajectory bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.distributed_model.layouts import model as model_layout
+from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics.graphed import hook_free_steps
+from nvdd_plugins.models import BaseModelMixin
+from tests.helpers.step_graphs import EagerStepGraph
+from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, mpnn_model
+
+N_STEPS = 40
+
+
+class _Recorder:
+    """An AFTER_STEP hook every 7 steps keeping the step and positions."""
+
+    stage = DynamicsStage.AFTER_STEP
+    frequency = 7
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, torch.Tensor]] = []
+
+    def __call__(self, ctx, stage) -> None:
+        self.seen.append((ctx.step, ctx.batch.positions.clone()))
+
+
+def _system(model: BaseModelMixin) -> Batch:
+    batch = hot_bulk()
+    batch.atomic_numbers[::3] = 29  # Ar and Cu: both species of tiny MACE
+    return batch
+
+
+def _run(
+    model: BaseModelMixin, graphed: bool, steps: int = N_STEPS
+) -> tuple[Batch, DomainParallel, _Recorder]:
+    """`steps` of NVE at one rank, fixed shapes: replayed (`graphed`) or eager steps."""
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    recorder = _Recorder()
+    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=[recorder])
+    dd.dynamics.graphed.graph_factory = EagerStepGraph
+    batch = dd.partition(_system(model))
+    if graphed:
+        dd.run(batch, steps)
+    else:
+        for _ in range(steps):
+            dd.step(batch)
+    return batch, dd, recorder
+
+
+def _mace() -> BaseModelMixin:
+    """tiny MACE: its spec drops the edges into ghost rows, which fixed shapes leave out."""
+    pytest.importorskip("mace")
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace
+
+    return MACEWrapper(tiny_mace())
+
+
+@pytest.mark.parametrize(
+    ("make_model", "steps"),
+    [
+        (lj_model, N_STEPS),
+        (mpnn_model, N_STEPS),
+        pytest.param(_mace, 20, marks=[pytest.mark.mace, pytest.mark.slow]),
+    ],
+    ids=["lj", "mpnn", "mace"],
+)
+def test_replayed_steps_equal_eager_steps(make_model, steps: int) -> None:
+    eager, eager_dd, eager_hook = _run(make_model(), graphed=False, steps=steps)
+    replayed, dd, hook = _run(make_model(), graphed=True, steps=steps)
+    assert dd.model.rebuilds >= 3  # the run crosses rebuilds
+    assert dd.model.rebuilds == eager_dd.model.rebuilds
+    # a graph per view replayed (a view stale at its first replayed step has none)
+    assert 2 <= dd.dynamics.graphed.captures <= dd.model.rebuilds
+    assert dd.dynamics.step_count == eager_dd.dynamics.step_count == steps
+    for name in ("positions", "velocities", "forces", "energy"):
+        assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
+    every_seventh = list(range(7, steps + 1, 7))
+    assert [s for s, _ in hook.seen] == [s for s, _ in eager_hook.seen] == every_seventh
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(hook.seen, eager_hook.seen, strict=True))
+
+
+def test_fixed_shapes_match_the_pruned_eager_run() -> None:
+    model = lj_model()
+    replayed, _, _ = _run(model, graphed=True)
+    config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator())
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)
+    batch = dd.partition(_system(model))
+    dd.run(batch, N_STEPS)
+    assert dd.config.cuda_graphs == "auto" and dd.model.config.cuda_graphs is False
+    assert torch.allclose(replayed.positions, batch.positions, rtol=0, atol=1e-10)
+
+
+def test_auto_is_off_on_the_cpu_and_for_langevin() -> None:
+    model = lj_model()
+    config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator())
+    assert DomainParallel(NVE(model, MD_DT_FS), config).model.config.cuda_graphs is False
+    langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
+    assert DomainParallel(langevin, config).model.config.cuda_graphs is False
+    assert NVE(model, MD_DT_FS).evaluator.captured_steps is True  # one process: NVE asks
+
+
+def test_true_where_it_cannot_work_is_refused() -> None:
+    model = lj_model()
+    with pytest.raises(ValueError, match="cuda_graphs must be"):
+        DomainConfig(cutoff=6.0, cuda_graphs="yes")
+    config = DomainConfig(cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True)
+    langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
+    with pytest.raises(ValueError, match="integrator whose step can be captured"):
+        DomainParallel(langevin, config)
+    chunked = DomainConfig(
+        cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True, chunk_atoms=50
+    )
+    with pytest.raises(ValueError, match="chunk_atoms=None"):
+        DomainParallel(NVE(model, MD_DT_FS), chunked)
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)  # accepted; the device is checked at capture
+    batch = dd.partition(hot_bulk())
+    with pytest.raises(ValueError, match="needs the model and atoms on a CUDA device"):
+        dd.run(batch, 3)
+
+
+def test_a_subclass_changing_the_update_is_not_captured() -> None:
+    class Rescaled(NVE):
+        def post_update(self, batch: Batch) -> None:
+            super().post_update(batch)
+            batch.velocities = batch.velocities * 0.99
+
+    class DeclaredRescaled(Rescaled):
+        capturable = True
+
+    assert NVE.capturable and not Rescaled.capturable and DeclaredRescaled.capturable
+
+
+class _FailingStepGraph(EagerStepGraph):
+    """A capture that fails as CUDA's does on a host read."""
+
+    def capture(self, body) -> None:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_a_step_that_cannot_be_captured() -> None:
+    """With cuda_graphs=True a clear error; asked for by "auto", eager steps."""
+    model = lj_model()
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)
+    dd.dynamics.graphed.graph_factory = _FailingStepGraph
+    batch = dd.partition(_system(model))
+    with pytest.raises(RuntimeError, match="cuda_graphs=True: NVE's step could not be captured"):
+        dd.run(batch, 3)
+    eager, _, _ = _run(model, graphed=False)
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)
+    dd.dynamics.graphed.graph_factory = _FailingStepGraph
+    dd.model._graphs_required = False
+    batch = dd.partition(_system(model))
+    dd.run(batch, N_STEPS)
+    assert dd.dynamics.graphed.failure and dd.dynamics.graphed.captures == 0
+    assert torch.equal(batch.positions, eager.positions)
+
+
+def test_hook_free_steps_agree_with_when_hooks_fire() -> None:
+    """The arithmetic window equals stepping through `AttachedHook.due` one step at a time."""
+    hooks = [
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.BEFORE_STEP, 5),
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.AFTER_STEP, 7),
+        AttachedHook(lambda ctx, stage: None, DynamicsStage.ON_CONVERGE, 1),
+    ]
+    before = (DynamicsStage.BEFORE_STEP, DynamicsStage.BEFORE_COMPUTE, DynamicsStage.AFTER_COMPUTE)
+
+    def stepped(start: int, limit: int) -> int:
+        for taken in range(limit):
+            step = start + taken
+            due = any(h.due(stage, step) for h in hooks for stage in before)
+            if due or any(h.due(DynamicsStage.AFTER_STEP, step + 1) for h in hooks):
+                return taken
+        return limit
+
+    for start in range(40):
+        for limit in (0, 1, 3, 50):
+            assert hook_free_steps(hooks, start, limit) == stepped(start, limit)
+    assert hook_free_steps([], 3, 10**9) == 10**9
+
+
+def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
+    """An integrator run on its own ("auto", here resolved as for a model on a GPU)."""
+    monkeypatch.setattr(model_layout, "_on_cuda", lambda model: True)
+    runs = []
+    for graphed in (False, True):
+        dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)
+        dynamics.graphed.graph_factory = EagerStepGraph
+        batch = _system(dynamics.model)
+        if graphed:
+            dynamics.run(batch, N_STEPS)
+        else:
+            for _ in range(N_STEPS):
+                dynamics.step(batch)
+        runs.append((batch, dynamics))
+    (eager, _), (replayed, dynamics) = runs
+    assert dynamics.evaluator.engine.config.cuda_graphs is True
+    assert dynamics.graphed.captures >= 2 and dynamics.step_count == N_STEPS
+    for name in ("positions", "velocities", "forces", "energy"):
+        assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
