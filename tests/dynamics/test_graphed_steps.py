@@ -10,6 +10,7 @@ import torch
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model.layouts import model as model_layout
+from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
@@ -97,13 +98,20 @@ def test_fixed_shapes_match_the_pruned_eager_run() -> None:
     dd = DomainParallel(NVE(model, MD_DT_FS), config)
     batch = dd.partition(_system(model))
     dd.run(batch, N_STEPS)
-    assert dd.config.cuda_graphs == "auto" and dd.model.config.cuda_graphs is False
+    assert dd.config.cuda_graphs is False and dd.model.config.cuda_graphs is False
     assert torch.allclose(replayed.positions, batch.positions, rtol=0, atol=1e-10)
+
+
+def test_graphs_are_off_unless_asked_for() -> None:
+    assert DomainConfig(cutoff=5.0).cuda_graphs is False
+    assert OneProcessEvaluator.cuda_graphs is False
 
 
 def test_auto_is_off_on_the_cpu_and_for_langevin() -> None:
     model = lj_model()
-    config = DomainConfig(cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator())
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs="auto"
+    )
     assert DomainParallel(NVE(model, MD_DT_FS), config).model.config.cuda_graphs is False
     langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
     assert DomainParallel(langevin, config).model.config.cuda_graphs is False
@@ -195,6 +203,7 @@ def test_hook_free_steps_agree_with_when_hooks_fire() -> None:
 def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
     """An integrator run on its own ("auto", here resolved as for a model on a GPU)."""
     monkeypatch.setattr(model_layout, "_on_cuda", lambda model: True)
+    monkeypatch.setattr(OneProcessEvaluator, "cuda_graphs", "auto")
     runs = []
     for graphed in (False, True):
         dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)

@@ -97,6 +97,7 @@ def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:
     runs = []
     for graphs in (False, True):
         dynamics = NVE(model, DT_FS, skin=MD_SKIN)
+        dynamics.evaluator.cuda_graphs = "auto"  # off by default
         batch = _system(name)
         if graphs:
             dynamics.run(batch, N_STEPS)
@@ -108,7 +109,7 @@ def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:
 
 
 def test_one_process_integrator_replays_equal_eager_steps() -> None:
-    """cuda_graphs "auto" (the one-process default) is on for a model on the GPU."""
+    """cuda_graphs "auto" in one process is on for a model on the GPU."""
     if not _has(*NEEDS["mace_cueq"]):
         pytest.skip(f"needs {NEEDS['mace_cueq']}")
     (eager, _), (replayed, dynamics) = _one_process(MODELS["mace_cueq"](), "mace_cueq")

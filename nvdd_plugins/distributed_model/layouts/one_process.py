@@ -14,6 +14,7 @@ without a distribution spec.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 import torch
 
@@ -36,9 +37,14 @@ class OneProcessEvaluator:
     Args:
         model: the model wrapper.
         skin: Verlet skin, Å.
-        captured_steps: the dynamics' step may be captured as a CUDA graph
-            (`DomainConfig.cuda_graphs="auto"`: on for a model on a CUDA device).
+        captured_steps: the dynamics' step may be captured as a CUDA graph (when
+            `cuda_graphs` allows it).
     """
+
+    #: the engine's `DomainConfig.cuda_graphs`: False (default, eager steps) or "auto"
+    #: (NVE steps replayed as CUDA graphs for a model on a GPU); set it on the class or an
+    #: instance before the first step.
+    cuda_graphs: bool | Literal["auto"] = False
 
     # a neighbour list on the batch is used (and then `ModelEvaluator` evaluates it)
     uses_batch_neighbors = True
@@ -76,7 +82,10 @@ class OneProcessEvaluator:
     def _engine(self) -> DistributedModel:
         if self.engine is None:
             config = DomainConfig(
-                cutoff=self.model.cutoff, skin=self.skin, mesh=LocalCommunicator()
+                cutoff=self.model.cutoff,
+                skin=self.skin,
+                mesh=LocalCommunicator(),
+                cuda_graphs=self.cuda_graphs,
             )
             self.engine = DistributedModel(self.model, config, captured_steps=self.captured_steps)
         return self.engine
