@@ -51,7 +51,8 @@ class MLIAPModel(MLIAPUnified):
     Halo mode uses ML-IAP's own pair list only on such steps; `neigh_modify exclude group
     all all` in the input spares ML-IAP's C++ side that list (its cost grows faster than the
     atom count), leaves LAMMPS's ghost shell as it is, and is refused on a step that needs
-    per-atom virials. Not in fallback mode, which computes from ML-IAP's pairs.
+    per-atom virials. Not in fallback mode, which computes from ML-IAP's pairs (nor with
+    computes that list pairs, `rdf`, `coord/atom`: LAMMPS excludes them from every list).
 
     Args:
         model: the nvdd model wrapper (energies in eV, positions in Å).
