@@ -15,7 +15,7 @@ prebuilt exact-cutoff graph (`mace_cueq.plain_mace_step`: no neighbour list, no 
 Also: LAMMPS's forces at step 0 against plain's, and where a LAMMPS step's time goes (wall
 time inside the bridge's parts, GPU synchronised around each).
 `lammps` times the LAMMPS step alone on however many ranks mpirun starts (all sharing the
-GPUs: rank r takes GPU r mod count), over runs without set-up (`steady_step_time`).
+GPUs: rank r takes GPU r mod count), over runs without LAMMPS's set-up (`pre no`).
 `mace-mliap` tries mace-torch's own ML-IAP model
 (`mace.calculators.lammps_mliap_mace.LAMMPS_MLIAP_MACE`) on the same build and reports its
 step time or why it cannot run.
@@ -158,20 +158,6 @@ def profile_steps(lmp: lammps, path: str, steps: int = 3) -> None:
             handle.write("\n")
 
 
-def steady_step_time(lmp: lammps, steps: int) -> float:
-    """Seconds per MD step over runs without LAMMPS's set-up (`run N pre no post no`, after a
-    5-step warm-up run): (run of steps + 5) - (run of 5), over `steps`. A set-up reneighbours,
-    and a new ghost count can make cuEquivariance tune itself anew (seconds) in one run's
-    set-up and not the other's, which the plain difference of two runs would take for steps."""
-    lmp.command("run 5")
-    elapsed = []
-    for n in (5, steps + 5):
-        start = time.perf_counter()
-        lmp.command(f"run {n} pre no post no")
-        elapsed.append(time.perf_counter() - start)
-    return (elapsed[1] - elapsed[0]) / steps
-
-
 def dd_step_time(wrapper: MACEWrapper, batch: Batch, skin: float, steps: int) -> float:
     """Seconds per `DomainParallel(NVE)` step on one GPU, over `steps` steps after 5."""
     config = DomainConfig(cutoff=wrapper.cutoff, skin=skin, mesh=LocalCommunicator())
@@ -233,7 +219,7 @@ def lammps_alone(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     bridge = lammps_interface.MLIAPModel(MACEWrapper(model.requires_grad_(False)), ["Cu"])
     del model
     with_model(lmp, bridge)
-    seconds = steady_step_time(lmp, args.steps)
+    seconds = step_time(lmp, args.steps, set_up=False)
     nlocal = MPI.COMM_WORLD.gather(int(lmp.extract_global("nlocal")))
     lmp.close()
     return {
