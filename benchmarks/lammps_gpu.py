@@ -1,20 +1,22 @@
 """LAMMPS `pair_style mliap unified` + nvdd on the GPU, side by side with DomainParallel and
 plain mace-torch + cuEquivariance, float32, fcc Cu, MACE small (random weights).
 
-    python benchmarks/lammps_gpu.py compare --atoms 10976 108000 --json out.json
-    mpirun -n 4 python -m mpi4py benchmarks/lammps_gpu.py lammps --atoms 108000
+    python benchmarks/lammps_gpu.py compare --atoms 10976 108000 --exclude-pairs --json out.json
+    mpirun -n 4 python -m mpi4py benchmarks/lammps_gpu.py lammps --atoms 108000 --exclude-pairs
     python benchmarks/lammps_gpu.py mace-mliap --atoms 10976
 
 `compare` (one process, one GPU), per size, on the same atoms (a rattled crystal with 300 K
 velocities, masses 40) and the same model: "lammps" = a LAMMPS MD step (`fix nve`, timestep
 1 fs, `neighbor SKIN bin`, checked every step) with `MLIAPModel(MACEWrapper(model))` on the
-GPU in halo mode, from the difference of two run lengths (run set-up cancels); "dd" = a
+GPU in halo mode (with `--exclude-pairs`, `neigh_modify exclude group all all`: ML-IAP's
+C++ side lists no pairs), from the difference of two run lengths (run set-up cancels); "dd" = a
 `DomainParallel(NVE)` step, skin SKIN, the same way; "plain" = mace-torch + cuEq on a
 prebuilt exact-cutoff graph (`mace_cueq.plain_mace_step`: no neighbour list, no integration).
 Also: LAMMPS's forces at step 0 against plain's, and where a LAMMPS step's time goes (wall
 time inside the bridge's parts, GPU synchronised around each).
 `lammps` times the LAMMPS step alone on however many ranks mpirun starts (all sharing the
-GPUs: rank r takes GPU r mod count). `mace-mliap` tries mace-torch's own ML-IAP model
+GPUs: rank r takes GPU r mod count), over runs without LAMMPS's set-up (`pre no`).
+`mace-mliap` tries mace-torch's own ML-IAP model
 (`mace.calculators.lammps_mliap_mace.LAMMPS_MLIAP_MACE`) on the same build and reports its
 step time or why it cannot run.
 """
@@ -56,9 +58,12 @@ def crystal(n_atoms: int, device: torch.device) -> Batch:
     return batch
 
 
-def open_lammps(batch: Batch, skin: float, log: str | None = None) -> lammps:
+def open_lammps(
+    batch: Batch, skin: float, log: str | None = None, exclude_pairs: bool = False
+) -> lammps:
     """A LAMMPS instance holding `batch`'s atoms and velocities, NVE, on MPI's world; its
-    log (with LAMMPS's own breakdown of each run's time) goes to `log`."""
+    log (with LAMMPS's own breakdown of each run's time) goes to `log`; with
+    `exclude_pairs` its neighbour lists (so ML-IAP's pair list) hold no pairs."""
     lmp = lammps(cmdargs=["-nocite", "-log", log or "none", "-screen", "none"])
     mliap.activate_mliappy(lmp)
     length = float(batch.cell[0, 0, 0])
@@ -76,6 +81,8 @@ def open_lammps(batch: Batch, skin: float, log: str | None = None) -> lammps:
         fix nve all nve
         """
     )
+    if exclude_pairs:
+        lmp.command("neigh_modify exclude group all all")
     n = batch.num_nodes
     positions = batch.positions.double().cpu().numpy().ravel().tolist()
     per_ps = 1000.0 * units.fs  # ASE velocity units -> Å/ps
@@ -179,7 +186,7 @@ def compare(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     row["dd_step_s"] = dd_step_time(MACEWrapper(model), batch, args.skin, args.steps)
     torch.cuda.empty_cache()
     log = f"{args.log_dir}/lammps_{batch.num_nodes}.log" if args.log_dir else None
-    lmp = open_lammps(batch, args.skin, log)
+    lmp = open_lammps(batch, args.skin, log, args.exclude_pairs)
     torch.cuda.reset_peak_memory_stats(device)
     with_model(lmp, lammps_interface.MLIAPModel(MACEWrapper(model), ["Cu"], device="cuda"))
     lammps_forces = step_forces(lmp, batch.num_nodes)
@@ -208,11 +215,11 @@ def lammps_alone(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     torch.cuda.set_device(0)  # build the crystal on one GPU; each rank's model picks its own
     model = in_backend(mace_model("small", (29,), torch.float32).cuda(), args.backend)
     batch = crystal(n_atoms, torch.device("cuda"))
-    lmp = open_lammps(batch, args.skin)
+    lmp = open_lammps(batch, args.skin, exclude_pairs=args.exclude_pairs)
     bridge = lammps_interface.MLIAPModel(MACEWrapper(model.requires_grad_(False)), ["Cu"])
     del model
     with_model(lmp, bridge)
-    seconds = step_time(lmp, args.steps)
+    seconds = step_time(lmp, args.steps, set_up=False)
     nlocal = MPI.COMM_WORLD.gather(int(lmp.extract_global("nlocal")))
     lmp.close()
     return {
@@ -248,6 +255,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed MD steps")
     parser.add_argument("--repeats", type=int, default=10, help="plain evaluations")
     parser.add_argument("--backend", choices=["cueq", "e3nn"], default="cueq")
+    parser.add_argument(
+        "--exclude-pairs",
+        action="store_true",
+        help="compare, lammps: `neigh_modify exclude group all all` (ML-IAP lists no pairs)",
+    )
     parser.add_argument("--log-dir", help="compare: LAMMPS logs and torch profiles here")
     parser.add_argument("--json")
     args = parser.parse_args()

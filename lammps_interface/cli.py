@@ -96,6 +96,9 @@ def input_lines(path: str, elements: Sequence[str], n_layers: int, cutoff: float
             "python attach invoke",
             f"pair_style mliap unified {path} 0",
             f"pair_coeff * * {' '.join(elements)}",
+            "# optional with the two `python` lines: ML-IAP's C++ side then lists no pairs each",
+            "# step (faster at 10^5 atoms); refused on steps with per-atom virials:",
+            "#   neigh_modify exclude group all all",
             "# without the two `python` lines (no ghost exchange, redundant compute) use instead:",
             *(f"#   {line}" for line in fallback.splitlines()),
         ]

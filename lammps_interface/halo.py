@@ -9,7 +9,9 @@ The model's pairs are listed on the device from the rows' positions, within cuto
 `VERLET_SKIN`, and kept while LAMMPS's rows stay the same atoms and none moved more than
 half that skin: the model sees a graph that changes only at rebuilds, as under
 `DomainParallel` (ML-IAP's own pair list, new at every step, is used only on steps that
-need forces per listed pair).
+need forces per listed pair, and is then checked to hold every pair within the cutoff, so
+that `neigh_modify exclude group all all`, which spares ML-IAP's C++ side its pair list on
+the other steps, cannot give wrong per-atom virials).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from lammps_interface.handle import read_atoms, require_metal_units
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["VERLET_SKIN", "HaloBridge"]
@@ -52,6 +55,7 @@ class HaloBridge:
         self.lmp = lmp
         self.dtype = dtype
         self.staging = staging
+        self.cutoff = float(model.cutoff)
         self.comm = MPICommunicator(lmp.get_mpi_comm())
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
 
@@ -62,7 +66,10 @@ class HaloBridge:
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         # forces per listed pair need ML-IAP's own pairs as the view's first edges
         edges = rows.edges(ghost_pairs=False)[0] if pair_forces else None
-        positions = self.staging.to_device("positions", atoms.positions).to(self.dtype)
+        exact = self.staging.to_device("positions", atoms.positions)
+        if pair_forces:
+            self._require_every_pair(rows, exact)
+        positions = exact.to(self.dtype)
         ids = self.staging.to_device("ids", atoms.ids)
         view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         cell = torch.from_numpy(atoms.cell).to(positions.device, self.dtype).unsqueeze(0)
@@ -75,3 +82,19 @@ class HaloBridge:
             gradients = rows.pair_forces(gradients, ghost_pairs=False)
             pair_rows = self.staging.to_host("pair_forces", gradients)
         return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=pair_rows)
+
+    def _require_every_pair(self, rows: LocalRows, positions: torch.Tensor) -> None:
+        """Refuse an ML-IAP pair list that misses pairs within the cutoff centred on owned
+        rows (`neigh_modify exclude`): forces per listed pair would miss theirs."""
+        listed = int((rows.pair_i < rows.nlocal).sum())
+        within = build_neighbor_list(
+            positions, None, (False,) * 3, self.cutoff, touching=rows.nlocal
+        )
+        expected = int((within.edge_index[0] < rows.nlocal).sum())
+        if listed != expected:
+            raise ValueError(
+                f"per-atom virials (compute stress/atom, centroid/stress/atom, heat/flux) are "
+                f"tallied per ML-IAP pair, and ML-IAP lists {listed} pairs centred on this "
+                f"rank's atoms where {expected} lie within the model's cutoff: remove "
+                "`neigh_modify exclude` from the input for runs with per-atom virials"
+            )

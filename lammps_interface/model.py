@@ -48,6 +48,12 @@ class MLIAPModel(MLIAPUnified):
     dE/drij through `data.update_pair_forces`, and LAMMPS tallies each pair's virial half
     onto each of its two atoms (-rij (x) dE/drij; see `nvdd_plugins.models.virials`).
 
+    Halo mode uses ML-IAP's own pair list only on such steps; `neigh_modify exclude group
+    all all` in the input spares ML-IAP's C++ side that list (its cost grows faster than the
+    atom count), leaves LAMMPS's ghost shell as it is, and is refused on a step that needs
+    per-atom virials. Not in fallback mode, which computes from ML-IAP's pairs (nor with
+    computes that list pairs, `rdf`, `coord/atom`: LAMMPS excludes them from every list).
+
     Args:
         model: the nvdd model wrapper (energies in eV, positions in Å).
         element_types: element symbols, in the order `pair_coeff * * <elements>` names them.
@@ -104,9 +110,13 @@ class MLIAPModel(MLIAPUnified):
         with abort_on_error():
             lmp = attached()
             staging = self._staging_for(lmp)
-            # the fallback rebuilds positions from the pair vectors; halo mode reads them
-            rows = LocalRows.from_data(data, self._numbers, staging, vectors=lmp is None)
             per_atom_virials = bool(int(getattr(data, "vflag", 0)) & _VIRIAL_PER_ATOM)
+            # the fallback rebuilds positions from the pair vectors; halo mode reads them
+            # through the handle, and ML-IAP's pairs only to give forces per listed pair
+            fallback = lmp is None
+            rows = LocalRows.from_data(
+                data, self._numbers, staging, vectors=fallback, pairs=fallback or per_atom_virials
+            )
             results = self._bridge(lmp, staging).evaluate(rows, pair_forces=per_atom_virials)
             check_finite(results, rows)
             self._write(data, rows, results)

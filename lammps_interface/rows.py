@@ -29,7 +29,8 @@ class LocalRows:
         nlocal: owned rows (first).
         ntotal: owned + ghost rows.
         numbers: (ntotal,) atomic numbers.
-        pair_i, pair_j: (npairs,) row indices of every listed pair (i the centre).
+        pair_i, pair_j: (npairs,) row indices of every listed pair (i the centre); empty
+            when read without pairs.
         rij: (npairs, 3) x[pair_j] - x[pair_i], Å, float64; None when not asked for.
         list_rows: (host) rows of LAMMPS's per-atom energy slots (`data.eatoms[k]` is row
             `list_rows[k]`).
@@ -50,9 +51,11 @@ class LocalRows:
         element_numbers: np.ndarray,
         staging: Staging | None = None,
         vectors: bool = True,
+        pairs: bool = True,
     ) -> LocalRows:
         """Copy what is needed out of an ML-IAP `data` object onto `staging`'s device (the
-        CPU by default); the pair vectors only with `vectors`.
+        CPU by default); ML-IAP's pairs only with `pairs` (else none are read), their
+        vectors only with `vectors` too.
 
         `element_numbers[k]` is the atomic number of ML-IAP element k. Arrays that LAMMPS
         leaves unallocated (no atoms, no pairs) are read as empty.
@@ -68,7 +71,7 @@ class LocalRows:
         lookup = torch.as_tensor(element_numbers, dtype=torch.long, device=staging.device)
         numbers = lookup[staging.to_device("elems", elems).long()]
         rij = None
-        if npairs:
+        if npairs and pairs:
             pair_i = staging.to_device("pair_i", np.asarray(data.pair_i)).long()
             pair_j = staging.to_device("pair_j", np.asarray(data.pair_j)).long()
             if vectors:

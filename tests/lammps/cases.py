@@ -120,6 +120,7 @@ def lmp_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> tuple[list[Case
         model_case("mpnn_cluster", "mpnn.pkl", cluster, n_ranks),
         model_case("mpnn_cluster_virial", "mpnn.pkl", cluster, n_ranks, atom_virials=True),
         *balance_cases(slab, n_ranks),
+        *excluded_pair_cases(systems, n_ranks),
     ]
     fallback.append(
         model_case(
@@ -154,6 +155,40 @@ def balance_cases(slab: LammpsSystem, n_ranks: int) -> list[Case]:
     return [
         model_case("mpnn_slab_shift", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="shift"),
         model_case("mpnn_slab_rcb", "mpnn.pkl", slab, n_ranks, md_steps=steps, balance="rcb"),
+    ]
+
+
+def excluded_pair_cases(systems: dict[str, LammpsSystem], n_ranks: int) -> list[Case]:
+    """Cases with `neigh_modify exclude group all all` (ML-IAP lists no pairs): the periodic
+    triclinic bulk and the balanced slab with MD (re-neighbouring, `fix balance`), and the
+    open cluster (names end in _exclude). Half the other cases' MD: still four
+    re-neighbourings and two `fix balance` calls."""
+    steps = MD_STEPS["mpnn"] // 2
+    slab = systems["slab_ar"]
+    options = {"exclude_pairs": True}
+    return [
+        model_case(
+            "mpnn_bulk_exclude", "mpnn.pkl", systems["bulk_ar"], n_ranks, md_steps=steps, **options
+        ),
+        model_case("mpnn_cluster_exclude", "mpnn.pkl", systems["cluster_ar"], n_ranks, **options),
+        model_case(
+            "mpnn_slab_shift_exclude",
+            "mpnn.pkl",
+            slab,
+            n_ranks,
+            md_steps=steps,
+            balance="shift",
+            **options,
+        ),
+        model_case(
+            "mpnn_slab_rcb_exclude",
+            "mpnn.pkl",
+            slab,
+            n_ranks,
+            md_steps=steps,
+            balance="rcb",
+            **options,
+        ),
     ]
 
 

@@ -86,6 +86,8 @@ class Case:
         balance: LAMMPS's own load balancing: "shift" (`balance` + `fix balance` shift
             along z, brick communication) or "rcb" (the same with recursive coordinate
             bisection, tiled communication); "" for none.
+        exclude_pairs: `neigh_modify exclude group all all` (LAMMPS's neighbour lists, and
+            so ML-IAP's pair list, hold no pairs; the ghost shell stays the pair cutoff's).
     """
 
     name: str
@@ -101,6 +103,7 @@ class Case:
     newton_pair: bool = True
     atom_virials: bool = False
     balance: str = ""
+    exclude_pairs: bool = False
 
     def block(self) -> str:
         """The input-script lines of this case (they start with `clear`)."""
@@ -116,6 +119,7 @@ class Case:
             f"read_data {self.data}",
             "neighbor 1.0 bin",
             "neigh_modify every 5 delay 0 check no",  # rebuild (and sort) during MD
+            *(["neigh_modify exclude group all all"] if self.exclude_pairs else []),
         ]
         if self.comm_cutoff is not None:
             lines.append(f"comm_modify cutoff {self.comm_cutoff!r}")

@@ -38,6 +38,7 @@ def test_lj(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         'python attach input 1 SELF format p here "from lammps_interface import attach"' in printed
     )
     assert f"pair_style mliap unified {path} 0\npair_coeff * * Ar" in printed
+    assert "#   neigh_modify exclude group all all" in printed
 
 
 def test_mpnn_float32(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """LAMMPS `pair_style mliap unified` with the model on each rank's GPU equals the same model run
 single-process on the CPU (float64): the 3-layer MPNN and the tiny MACE (e3nn, and
-cuEquivariance with its fused GPU kernels when its ops are installed), halo mode and fallback
-mode, in one job of P ranks that share the GPUs. After the run the model file written from
+cuEquivariance with its fused GPU kernels when its ops are installed), halo mode (also with
+`neigh_modify exclude group all all`: ML-IAP lists no pairs) and fallback mode, in one job of
+P ranks that share the GPUs. After the run the model file written from
 the GPU-resident model holds CPU tensors only.
 
     mpirun -n P python -m mpi4py tests/gpu/scripts/lammps_on_gpu.py
@@ -42,8 +43,11 @@ def crystal(cells: int = 3, lattice: float = 3.9):
     return atoms
 
 
-def lammps_forces(model: lammps_interface.MLIAPModel, atoms, handle: bool) -> tuple:
-    """(energy, forces by atom id) of one `run 0` with the model, gathered on every rank."""
+def lammps_forces(
+    model: lammps_interface.MLIAPModel, atoms, handle: bool, exclude: bool = False
+) -> tuple:
+    """(energy, forces by atom id) of one `run 0` with the model, gathered on every rank;
+    with `exclude`, LAMMPS's neighbour lists hold no pairs."""
     lmp = lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
     mliap.activate_mliappy(lmp)
     if handle:
@@ -64,6 +68,8 @@ def lammps_forces(model: lammps_interface.MLIAPModel, atoms, handle: bool) -> tu
     lmp.create_atoms(n, list(range(1, n + 1)), types, atoms.positions.ravel().tolist())
     if not handle:  # the fallback needs a ghost shell of n_layers cutoffs and ghost pairs
         lmp.command(f"comm_modify cutoff {model.n_layers * model.model.cutoff + 2.5}")
+    if exclude:
+        lmp.command("neigh_modify exclude group all all")
     mliap.load_unified(model)
     lmp.commands_string(
         f"pair_style mliap unified EXISTS {0 if handle else 1}\npair_coeff * * {' '.join(ELEMENTS)}"
@@ -81,7 +87,7 @@ def lammps_forces(model: lammps_interface.MLIAPModel, atoms, handle: bool) -> tu
     return energy, out
 
 
-def check(name: str, wrapper, atoms, handle: bool) -> None:
+def check(name: str, wrapper, atoms, handle: bool, exclude: bool = False) -> None:
     """The LAMMPS run on the GPU against the model's single-process CPU run."""
     from nvdd_plugins import Batch
 
@@ -90,12 +96,13 @@ def check(name: str, wrapper, atoms, handle: bool) -> None:
         reference_model = MACEWrapper(tiny_mace())
     ref = evaluate_model(reference_model, Batch.from_atoms(atoms), ("energy", "forces"))
     bridge = lammps_interface.MLIAPModel(wrapper, list(ELEMENTS), device="cuda", n_layers=None)
-    energy, forces = lammps_forces(bridge, atoms, handle)
+    energy, forces = lammps_forces(bridge, atoms, handle, exclude)
     on = {str(t.device) for t in bridge.model.parameters()}
     assert on == {f"cuda:{COMM.Get_rank() % torch.cuda.device_count()}"}, on
     df = float(np.abs(forces - ref["forces"].numpy()).max())
     de = abs(energy - float(ref["energy"][0])) / len(atoms)
-    tag = f"{name} {'halo' if handle else 'fallback'} np{COMM.Get_size()}"
+    mode = ("halo exclude" if exclude else "halo") if handle else "fallback"
+    tag = f"{name} {mode} np{COMM.Get_size()}"
     assert df < FORCES_TOL and de < 1e-10, f"{tag}: max dF {df:.2e}, dE/atom {de:.2e}"
     file = io.BytesIO()
     pickle.dump(bridge, file)
@@ -110,6 +117,7 @@ def main() -> None:
     atoms = crystal()
     for handle in (True, False):
         check("mpnn", mpnn_model(), atoms, handle)
+    check("mpnn", mpnn_model(), atoms, handle=True, exclude=True)
     check("mace-e3nn", MACEWrapper(tiny_mace()), atoms, handle=True)
     if importlib.util.find_spec("cuequivariance_ops_torch") is not None:
         fused = MACEWrapper(tiny_mace().to("cuda"), cuequivariance=True)
