@@ -12,7 +12,7 @@ STAMP_E3NN := $(VENV_E3NN)/.nvdd-installed
 E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevennet_simulated.py \
 	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case \
 	tests/models/test_nequip.py tests/multiprocess/test_gloo_nequip.py \
-	tests/distributed_model/test_nequip_simulated.py tests/lammps/test_nequip.py \
+	tests/distributed_model/test_nequip_simulated.py tests/lammps/test_nequip.py tests/lammps/test_sevennet.py \
 	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
 	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
 	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun

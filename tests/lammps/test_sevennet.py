@@ -1,0 +1,64 @@
+"""SevenNet through LAMMPS (`pair_style mliap unified`, Python driver, the handle attached for
+the per-layer ghost exchange) at 1, 2 and 4 ranks equals sevenn's own forward (its graph and
+its force/stress head) on a two-species bulk and slab. The model file is a pickle of the
+e3nn >= 0.5 model, which needs the `.venv-e3nn` overlay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.lammps.jobs import missing_lammps
+
+if (reason := missing_lammps()) is not None:
+    pytest.skip(reason, allow_module_level=True)
+pytest.importorskip("sevenn")
+
+from lammps_interface import MLIAPModel
+from nvdd_plugins.models import SevenNetWrapper
+from tests.helpers.multiprocess import run_mpi
+from tests.helpers.oracle import assert_close
+from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
+from tests.lammps.cases import LammpsSystem, model_case
+from tests.lammps.conftest import DRIVER, RANKS, Run
+from tests.lammps.lammps_io import ATTACH_LINES, write_data
+from tests.lammps.references import deviations
+
+pytestmark = [pytest.mark.lammps]
+
+CASES = {"sevennet_bulk": "bulk_mix", "sevennet_slab": "slab_mix"}
+
+
+# CI runs 2 ranks; 1 and 4 (make test-all) add nothing the other models' LAMMPS tests lack
+SLOW_RANKS = {n: [pytest.mark.slow] if n != 2 else [] for n in RANKS}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(n, marks=SLOW_RANKS[n]) for n in RANKS],
+    ids=lambda n: f"np{n}",
+)
+def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
+    n_ranks = request.param
+    directory = tmp_path_factory.mktemp(f"sevennet_np{n_ranks}")
+    for name in CASES.values():
+        write_data(directory / systems[name].data, systems[name].atoms, systems[name].elements)
+    MLIAPModel(SevenNetWrapper(tiny_sevennet()), ["Ar", "Cu"]).pickle(directory / "sevennet.pkl")
+    blocks = "".join(
+        model_case(case, "sevennet.pkl", systems[system], n_ranks).block()
+        for case, system in CASES.items()
+    )
+    (directory / "in.cases").write_text(ATTACH_LINES + blocks)
+    output = run_mpi(n_ranks, DRIVER, str(directory / "in.cases"), timeout=300)
+    return Run(Path(directory), output, n_ranks)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_sevennet_forward(sevennet_run, systems, case: str) -> None:
+    atoms = systems[CASES[case]].atoms
+    reference = {k: v.numpy() for k, v in sevennet_reference(tiny_sevennet(), atoms).items()}
+    reference["stress"] = reference["stress"][0]
+    errs = deviations(sevennet_run.snapshot(case), reference, atoms)
+    print(f"{case} np{sevennet_run.n_ranks}: {errs}")
+    assert_close(errs, f"{case} np{sevennet_run.n_ranks}")
