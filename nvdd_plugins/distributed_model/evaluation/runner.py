@@ -9,6 +9,8 @@ when they all write onto one row of `edge_index`; otherwise eagerly under interc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -74,22 +76,16 @@ class SpecRunner:
         )
         if self.checking and self._marked:
             self._all_own_atoms = self._every_rank_owns_atoms(view)
-        try:
-            with replaced_helpers(self.spec.distribution.third_party_helpers):
-                if self.config.compile and not self.checking:
-                    return self._compiled_forward(batch.device)(batch, ctx)
-                if not self._claims_verified:
-                    return self._verified_forward(batch, ctx)
-                batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
-                if self._marked and not self.checking:
-                    with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
-                        return self.model(batch)
-                return self._forward_in_mode(batch, ctx, check_indices=self.checking)
-        except IndexError as err:
-            # the only out-of-range indices the framework hands a model are its sentinels
-            if bool((batch.edge_index >= view.n_rows).any()):
-                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
-            raise
+        with self._model_scope(batch):
+            if self.config.compile and not self.checking:
+                return self._compiled_forward(batch.device)(batch, ctx)
+            if not self._claims_verified:
+                return self._verified_forward(batch, ctx)
+            batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+            if self._marked and not self.checking:
+                with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
+                    return self.model(batch)
+            return self._forward_in_mode(batch, ctx, check_indices=self.checking)
 
     def run_alone(self, batch: Batch, n_owned: int) -> dict[str, torch.Tensor]:
         """The model's outputs on rows that need no exchange (a thick shell's: every owned
@@ -98,8 +94,21 @@ class SpecRunner:
         n_rows = batch.num_nodes
         owned = torch.arange(n_rows, device=batch.device) < n_owned
         ctx = HaloContext(n_rows, n_owned, owned, slot=-1, exchanges=False)
-        with replaced_helpers(self.spec.distribution.third_party_helpers):
+        with self._model_scope(batch):
             return self._forward_in_mode(batch, ctx, check_indices=self.checking)
+
+    @contextmanager
+    def _model_scope(self, batch: Batch) -> Iterator[None]:
+        """Where the model runs on `batch`: the spec's third-party helpers replaced, and an
+        IndexError from a sentinel index named as the rule the model breaks."""
+        try:
+            with replaced_helpers(self.spec.distribution.third_party_helpers):
+                yield
+        except IndexError as err:
+            # the only out-of-range indices the framework hands a model are its sentinels
+            if bool((batch.edge_index >= batch.num_nodes).any()):
+                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
+            raise
 
     def _every_rank_owns_atoms(self, view: HaloView) -> bool:
         """Whether no rank's view is empty of owned atoms (collective)."""

@@ -29,6 +29,7 @@ from nvdd_plugins.distributed_model.rows.chunk_grid import (
     measured_row_limit,
     partitioned,
 )
+from nvdd_plugins.distributed_model.rows.view_build import padded_pairs, slot_count
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 from nvdd_plugins.spec import OutputKind
 
@@ -238,12 +239,10 @@ class ChunkedRows:
 def _pairs(
     rows: torch.Tensor, cell: torch.Tensor, wrapped: torch.Tensor, cutoff: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pairs of `rows` within `cutoff` and their lattice units; one sentinel pair added
-    when the pair count equals the row count, since interception tells per-atom tensors by
-    their size."""
+    """The pairs of `rows` within `cutoff` and their lattice units, in the edge slots a view
+    of those rows would have (`slot_count`)."""
     neighbors = build_neighbor_list(rows, cell, wrapped, cutoff)
-    edge_index, units = neighbors.edge_index, neighbors.unit_shifts
-    if edge_index.shape[1] != rows.shape[0]:
-        return edge_index, units
-    sentinel = edge_index.new_full((2, 1), rows.shape[0])
-    return torch.cat([edge_index, sentinel], 1), torch.cat([units, units.new_zeros(1, 3)])
+    n_rows, n_pairs = rows.shape[0], neighbors.edge_index.shape[1]
+    return padded_pairs(
+        neighbors.edge_index, neighbors.unit_shifts, n_rows, slot_count(n_pairs, n_rows)
+    )

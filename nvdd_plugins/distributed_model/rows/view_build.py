@@ -15,7 +15,7 @@ from nvdd_plugins.decomposition import SpatialPartitioner
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
-__all__ = ["Padding", "ViewRows", "build_halo_view", "padded_view"]
+__all__ = ["Padding", "ViewRows", "build_halo_view", "padded_pairs", "padded_view", "slot_count"]
 
 
 def _exact(count: int) -> int:
@@ -73,6 +73,26 @@ class Padding:
     extra_rows: bool = True
 
 
+def slot_count(n_pairs: int, n_rows: int) -> int:
+    """Edge slots for `n_pairs` pairs among `n_rows` rows: one more when the two counts are
+    equal, since the interception tells node-indexed tensors by their leading size."""
+    return n_pairs + (n_pairs == n_rows)
+
+
+def padded_pairs(
+    pairs: torch.Tensor, units: torch.Tensor | None, n_rows: int, slots: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`pairs` (2, E) and their lattice `units` (E, 3; None: zero) in `slots` edge slots,
+    the empty ones holding the sentinel row `n_rows` at zero units."""
+    pairs = pairs.long()
+    units = pairs.new_zeros(pairs.shape[1], 3) if units is None else units.long()
+    empty = slots - pairs.shape[1]
+    return (
+        torch.cat([pairs, pairs.new_full((2, empty), n_rows)], 1),
+        torch.cat([units, units.new_zeros(empty, 3)]),
+    )
+
+
 def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     """Pad `rows` and their pairs to their capacities.
 
@@ -92,7 +112,7 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
             n_rows += 1
     else:
         n_rows = n_rows or 2
-        slots += slots == n_rows
+        slots = slot_count(slots, n_rows)
     n_pad = n_rows - n_local
 
     def padded(values: torch.Tensor | None, width: int, fill: int, count: int) -> torch.Tensor:
@@ -102,11 +122,9 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
         values = values.long()
         return torch.cat([values, values.new_full((count - values.shape[0], *shape[1:]), fill)])
 
-    edge_units = padded(rows.pair_units, 3, 0, slots)
-    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    edge_index, edge_units = padded_pairs(pairs, rows.pair_units, n_rows, slots)
     if padding.far_pairs:
-        edge_index[0], edge_index[1] = n_local, n_local + 1
-    edge_index[:, :n_pairs] = pairs
+        edge_index[0, n_pairs:], edge_index[1, n_pairs:] = n_local, n_local + 1
     built_shifts = rows.built_shifts
     if built_shifts is not None:
         cell, pair_shifts = built_shifts
