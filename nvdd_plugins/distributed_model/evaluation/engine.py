@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from functools import partial
 
 import torch
 
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
-from nvdd_plugins.distributed_model.evaluation.results import (
-    RowResults,
-    check_energies,
-    consolidate,
-)
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
+from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
@@ -113,36 +110,18 @@ class HaloEngine:
         cell = cell.detach()
         if self.chunks is not None:
             out, derived = self._evaluate_in_chunks(view, leaf, rows, cell, wanted)
-        else:
-            out, derived = self._evaluate_view(view, leaf, rows, cell, pbc, wanted)
-        partial = out["energies"][: view.n_owned].sum()
+        else:  # the whole view at once
+            leaves = Leaves(
+                leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None
+            )
+            refreshed = None if isinstance(self.shell, ThickShell) else view
+            batch_of = partial(self.batch, view, pbc=pbc, leaves=leaves)
+            out, derived = self.runner.derived(
+                leaves, rows, cell, batch_of, view.n_owned, refreshed
+            )
+        owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
-        return consolidate(self.spec, self.comm, out, partial, derived, checking)
-
-    def _evaluate_view(
-        self,
-        view: HaloView,
-        leaf: torch.Tensor,
-        rows: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        wanted: Wanted,
-    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The model's outputs on the whole view at once and the derivatives of the owned
-        partial energy (ghost rows refreshed per layer, or in a thick shell not at all)."""
-        leaves = Leaves(leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None)
-        with torch.enable_grad():
-            rows, run_cell = leaves.strained(rows, cell)
-            batch = self.batch(view, rows, run_cell, pbc, leaves)
-            if isinstance(self.shell, ThickShell):
-                out = self.runner.run_alone(batch, view.n_owned)
-            else:
-                out = self.runner.run(view, batch)
-            check_energies(out.get("energies"), view.n_rows)
-            derived = leaves.derive(out["energies"][: view.n_owned].sum(), cell, self.model)
-        if "pair_gradients" in derived:
-            derived["stresses"] = edge_stresses(batch, derived["pair_gradients"], cell, view.n_rows)
-        return out, derived
+        return consolidate(self.spec, self.comm, out, owned_energy, derived, checking)
 
     def _evaluate_in_chunks(
         self,

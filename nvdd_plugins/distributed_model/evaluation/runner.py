@@ -9,7 +9,7 @@ when they all write onto one row of `edge_index`; otherwise eagerly under interc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,12 +19,14 @@ from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, edge_stresses
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
     REBIND_RULE,
     SENTINEL_RULE,
     HaloInterceptionMode,
 )
+from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
@@ -109,6 +111,29 @@ class SpecRunner:
             if bool((batch.edge_index >= batch.num_nodes).any()):
                 raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
             raise
+
+    def derived(
+        self,
+        leaves: Leaves,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        batch_of: Callable[[torch.Tensor, torch.Tensor], Batch],
+        n_owned: int,
+        view: HaloView | None = None,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The model's outputs on `batch_of(rows, cell)` after the strain of `leaves` and the
+        derivatives of the first `n_owned` rows' energy, per-atom "stresses" included; run
+        on `view`, or without one alone."""
+        with torch.enable_grad():
+            rows, run_cell = leaves.strained(rows, cell)
+            batch = batch_of(rows, run_cell)
+            out = self.run_alone(batch, n_owned) if view is None else self.run(view, batch)
+            check_energies(out.get("energies"), batch.num_nodes)
+            derived = leaves.derive(out["energies"][:n_owned].sum(), cell, self.model)
+        if "pair_gradients" in derived:
+            gradients = derived["pair_gradients"]
+            derived["stresses"] = edge_stresses(batch, gradients, cell, batch.num_nodes)
+        return out, derived
 
     def _every_rank_owns_atoms(self, view: HaloView) -> bool:
         """Whether no rank's view is empty of owned atoms (collective)."""
