@@ -17,6 +17,7 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
+from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
@@ -74,20 +75,14 @@ class HaloEngine:
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
         self.runner.rebuilt()
-        if not (self._accepts_skin_pairs or self.config.compile):
+        require_compilable(self.model, self.config, cell, pbc)
+        if not self._accepts_skin_pairs:  # compiled forwards always accept them
             # Without a skin the list holds the pairs within the cutoff only, and any motion
             # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
             # rounding, which such a model weighs zero).
             self._skin_pairs = self.config.skin == 0.0 and self._weighs_far_pairs_zero
             return
-        unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
-        self._skin_pairs = self._accepts_skin_pairs and unambiguous
-        if self.config.compile and not unambiguous:
-            raise ValueError(
-                "compile=True passes Verlet pairs up to cutoff + skin unfiltered, which needs "
-                f"every periodic cell width above 2 x (cutoff + skin) = "
-                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile"
-            )
+        self._skin_pairs = images_unambiguous(cell, pbc, self.config.halo_width)
 
     def wanted(self, properties: Iterable[str]) -> Wanted:
         """What of `properties` this engine derives by autograd."""
@@ -209,13 +204,7 @@ def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
         raise DistributionRuleError(
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
         )
-    neighbors = model.model_config.neighbor_config
-    if config.compile and not (neighbors and neighbors.accepts_skin_pairs):
-        raise ValueError(
-            "compile=True runs at fixed shapes without filtering pairs, so it needs a model "
-            "that weighs pairs beyond its cutoff exactly zero (NeighborConfig("
-            "accepts_skin_pairs=True))"
-        )
+    require_compilable(model, config)
     if model.cutoff > config.cutoff:
         raise ValueError(
             f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "

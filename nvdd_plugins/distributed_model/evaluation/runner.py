@@ -5,12 +5,14 @@ The first forward after each rebuild runs eagerly under op interception with the
 (`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
 without interception when its aggregations are all marked, without the edges into ghost rows
 when they all write onto one row of `edge_index`; otherwise eagerly under interception.
+Which of these apply is one `ForwardPlan`, decided at the checked forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,6 +22,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, edge_stresses
+from nvdd_plugins.distributed_model.evaluation.forward_plan import ForwardPlan
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
     REBIND_RULE,
@@ -41,6 +44,7 @@ class SpecRunner:
     Attributes:
         checking: the next forward is the checked one (set by `rebuilt`, cleared by the
             caller once the step's results are consolidated).
+        plan: what the forwards on the current view may skip, decided at its checked one.
     """
 
     def __init__(
@@ -51,15 +55,12 @@ class SpecRunner:
         self.config = config
         self.comm = comm
         self.checking = True
-        distribution = spec.distribution
-        # eager forwards take the spec's shortcuts (no op interception, no edges into ghost
-        # rows) once a forward taking them agreed with the reference one
-        self._marked = distribution.aggregations_marked and not config.compile
-        self._target_row = None if config.compile else distribution.edge_target_row
-        self._claims_verified = not (self._marked or self._target_row is not None)
+        self.plan = ForwardPlan.of(spec, config, lambda: False)
+        # eager forwards take the spec's shortcuts once a forward taking them agreed with
+        # the reference one
+        self._claims_verified = False
         self._compiled: Any = None
         self._slot = HaloSlot()
-        self._all_own_atoms = False  # every rank owns atoms (decided at each rebuild)
 
     def rebuilt(self) -> None:
         """The view changed: check the next forward."""
@@ -68,23 +69,24 @@ class SpecRunner:
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
         may replace its "edge_index")."""
+        if self.checking:
+            self.plan = ForwardPlan.of(self.spec, self.config, partial(self._all_own, view))
+        plan = self.plan
         ctx = HaloContext(
             view.n_rows,
             view.n_owned,
             view.owned_mask,
             self._slot.bind(view.plan, self.comm),
-            in_place=not self.config.compile,
+            in_place=not plan.compiled,
             exchanges=view.plan.exchanges,
         )
-        if self.checking and self._marked:
-            self._all_own_atoms = self._every_rank_owns_atoms(view)
         with self._model_scope(batch):
-            if self.config.compile and not self.checking:
+            if plan.compiled and not self.checking:
                 return self._compiled_forward(batch.device)(batch, ctx)
-            if not self._claims_verified:
+            if plan.shortcuts and not self._claims_verified:
                 return self._verified_forward(batch, ctx)
             batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
-            if self._marked and not self.checking:
+            if plan.marked and not self.checking:
                 with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                     return self.model(batch)
             return self._forward_in_mode(batch, ctx, check_indices=self.checking)
@@ -135,23 +137,23 @@ class SpecRunner:
             derived["stresses"] = edge_stresses(batch, gradients, cell, batch.num_nodes)
         return out, derived
 
-    def _every_rank_owns_atoms(self, view: HaloView) -> bool:
+    def _all_own(self, view: HaloView) -> bool:
         """Whether no rank's view is empty of owned atoms (collective)."""
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
         return float(self.comm.all_reduce(empty, "sum")) == 0
 
     def _owned_rows(self, ctx: HaloContext) -> OwnedRows | None:
-        """The layout a model may compute owned rows only on (`owned_rows`): every rank
-        must take that path, since it exchanges differently, and a model may not run it
-        on zero rows (mace cannot)."""
-        return ctx.owned_rows() if self._all_own_atoms else None
+        """The layout a model may compute owned rows only on (`owned_rows`), if the plan
+        offers it."""
+        return ctx.owned_rows() if self.plan.owned_rows else None
 
     def _claimed_edges(self, edge_index: torch.Tensor, ctx: HaloContext) -> torch.Tensor:
         """`edge_index` without the edges into ghost rows (sentinel slots), when the spec
         says every aggregation writes onto one row of it."""
-        if self._target_row is None or ctx.n_owned == ctx.n_rows:
+        target_row = self.plan.target_row
+        if target_row is None or ctx.n_owned == ctx.n_rows:
             return edge_index
-        into_owned = edge_index[self._target_row] < ctx.n_owned
+        into_owned = edge_index[target_row] < ctx.n_owned
         return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))
 
     def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
@@ -164,7 +166,7 @@ class SpecRunner:
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
         batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
-        if self._marked:
+        if self.plan.marked:
             with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
                 out = self.model(batch)
         else:
