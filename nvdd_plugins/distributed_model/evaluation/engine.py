@@ -7,7 +7,6 @@ way its spec says and returns `RowResults`, which each layout maps back to its a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from functools import partial
 
@@ -59,8 +58,6 @@ class HaloEngine:
         self.comm = comm
         self.spec = _validated_spec(model, config)
         self.shell = shell if shell is not None else shell_for(model, self.spec, config)
-        if isinstance(self.shell, ThickShell):
-            config = dataclasses.replace(config, halo_layers=self.shell.n_layers)
         self.config = config
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         self.chunks: ChunkedRows | None = None

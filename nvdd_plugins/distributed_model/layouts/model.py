@@ -50,10 +50,14 @@ class SubdomainModel(nn.Module):
         if config.balance_weight == "time":  # weighs ranks by the time they compute
             self.comm = TimedCommunicator(self.comm)
         self.engine = HaloEngine(model, config, self.comm)
-        self.config = self.engine.config  # with the ghost shell the engine needs
+        self.config = config
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        graph = self.config.strategy is StrategyKind.GRAPH_PARTITION
-        self.domain = (GraphDomain if graph else HaloDomain)(self.comm, self.config)
+        shell = self.engine.shell
+        self.domain: HaloDomain | GraphDomain = (
+            GraphDomain(self.comm, config)
+            if config.strategy is StrategyKind.GRAPH_PARTITION
+            else HaloDomain(self.comm, config, shell.halo_width(config), shell.lists_pairs)
+        )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
