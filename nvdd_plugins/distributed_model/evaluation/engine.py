@@ -22,6 +22,7 @@ from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import padded_rows
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin
@@ -138,9 +139,9 @@ class HaloEngine:
         kinds = self.spec.output_kinds
         for name, value in out.items():
             if kinds.get(name) is OutputKind.PER_NODE:
-                out[name] = _padded(value, view.n_rows)
+                out[name] = padded_rows(value, view.n_rows)
         if "stresses" in derived:
-            derived["stresses"] = _padded(derived["stresses"], view.n_rows)
+            derived["stresses"] = padded_rows(derived["stresses"], view.n_rows)
         if leaf.requires_grad:
             with torch.enable_grad():
                 (derived["forces"],) = torch.autograd.grad(local, leaf, derived["forces"])
@@ -175,11 +176,6 @@ class HaloEngine:
             ptr=view.row_ptr,
             batch_idx=view.row_batch,
         )
-
-
-def _padded(value: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """`value` with zero rows appended up to `n_rows`."""
-    return torch.cat([value, value.new_zeros(n_rows - value.shape[0], *value.shape[1:])])
 
 
 def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
