@@ -85,11 +85,7 @@ class SpecRunner:
                 return self._compiled_forward(batch.device)(batch, ctx)
             if plan.shortcuts and not self._claims_verified:
                 return self._verified_forward(batch, ctx)
-            batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
-            if plan.marked and not self.checking:
-                with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
-                    return self.model(batch)
-            return self._forward_in_mode(batch, ctx, check_indices=self.checking)
+            return self._eager_forward(batch, ctx, self.checking)
 
     def run_alone(self, batch: Batch, n_owned: int) -> dict[str, torch.Tensor]:
         """The model's outputs on rows that need no exchange (a thick shell's: every owned
@@ -156,6 +152,16 @@ class SpecRunner:
         into_owned = edge_index[target_row] < ctx.n_owned
         return torch.where(into_owned, edge_index, torch.full_like(edge_index, ctx.n_rows))
 
+    def _eager_forward(
+        self, batch: Batch, ctx: HaloContext, checking: bool
+    ) -> dict[str, torch.Tensor]:
+        """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
+        batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
+        if self.plan.marked and not checking:
+            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
+                return self.model(batch)
+        return self._forward_in_mode(batch, ctx, check_indices=checking)
+
     def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
         """A checked forward that also tests the spec's shortcuts (collective): the reference
         forward (under interception with the checks on, every edge) without gradients, then
@@ -165,12 +171,7 @@ class SpecRunner:
         than the later ones."""
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
-        batch.edge_index = self._claimed_edges(batch.edge_index, ctx)
-        if self.plan.marked:
-            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
-                out = self.model(batch)
-        else:
-            out = self._forward_in_mode(batch, ctx)
+        out = self._eager_forward(batch, ctx, checking=False)
         owned = reference[: ctx.n_owned]
         claimed = out["energies"][: ctx.n_owned].detach()
         differs = ctx.n_owned > 0 and bool(
