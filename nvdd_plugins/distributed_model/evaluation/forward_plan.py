@@ -37,15 +37,12 @@ class ForwardPlan:
     owned_rows: bool
 
     @classmethod
-    def of(
-        cls, spec: MLIPSpec, config: DomainConfig, every_rank_owns: Callable[[], bool]
-    ) -> ForwardPlan:
-        """The plan for `spec` under `config`; `every_rank_owns` (collective) is asked only
-        when the plan marks."""
+    def of(cls, spec: MLIPSpec, config: DomainConfig, all_own: Callable[[], bool]) -> ForwardPlan:
+        """The plan for `spec` under `config`; `all_own` (collective) is asked if it marks."""
         compiled = config.compile
         marked = spec.distribution.aggregations_marked and not compiled
         target_row = None if compiled else spec.distribution.edge_target_row
-        return cls(compiled, marked, target_row, marked and every_rank_owns())
+        return cls(compiled, marked, target_row, marked and all_own())
 
     @property
     def shortcuts(self) -> bool:

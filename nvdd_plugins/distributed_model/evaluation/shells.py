@@ -24,8 +24,6 @@ __all__ = ["PerLayerRefresh", "Shell", "ThickShell", "refuse_global_sums", "shel
 class PerLayerRefresh:
     """One cutoff of ghosts, refreshed from their owners after each aggregation onto atoms."""
 
-    lists_pairs = True  # a view's pairs are listed when it is built
-
     def halo_width(self, config: DomainConfig) -> float:
         """The ghost shell's width, Å: `config.halo_width`."""
         return config.halo_width
@@ -43,11 +41,6 @@ class ThickShell:
 
     n_layers: int
     chunk_rows: int | Literal["auto"] | None = None
-
-    @property
-    def lists_pairs(self) -> bool:
-        """Whether a view's pairs are listed when it is built (chunks list their own)."""
-        return self.chunk_rows is None
 
     def halo_width(self, config: DomainConfig) -> float:
         """The ghost shell's width, Å: `n_layers` cutoffs of `config` plus its skin."""

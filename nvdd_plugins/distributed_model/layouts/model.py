@@ -52,11 +52,11 @@ class SubdomainModel(nn.Module):
         self.engine = HaloEngine(model, config, self.comm)
         self.config = config
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        shell = self.engine.shell
+        width, chunked = self.engine.shell.halo_width(config), self.engine.chunks is not None
         self.domain: HaloDomain | GraphDomain = (
             GraphDomain(self.comm, config)
             if config.strategy is StrategyKind.GRAPH_PARTITION
-            else HaloDomain(self.comm, config, shell.halo_width(config), shell.lists_pairs)
+            else HaloDomain(self.comm, config, width, list_pairs=not chunked)  # chunks list theirs
         )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step

@@ -41,7 +41,7 @@ class HaloDomain:
     Args:
         comm: this rank's communicator.
         config: the `DomainConfig`.
-        halo_width: the ghost shell's width, Å (default `config.halo_width`).
+        halo_width: the ghost shell's width, Å.
         list_pairs: list a view's pairs when it is built (not for an evaluation that lists
             its own, such as chunks).
     """
@@ -50,12 +50,12 @@ class HaloDomain:
         self,
         comm: Communicator,
         config: DomainConfig,
-        halo_width: float | None = None,
+        halo_width: float,
         list_pairs: bool = True,
     ) -> None:
         self.comm = comm
         self.config = config
-        self.halo_width = config.halo_width if halo_width is None else float(halo_width)
+        self.halo_width = float(halo_width)
         self.list_pairs = list_pairs
         self.partitioner: SpatialPartitioner | None = None
         self.view: HaloView | None = None
