@@ -36,22 +36,12 @@ class HaloDomain:
     Call `setup` once with the full system (on rank 0; None elsewhere is fine); when `verlet`
     (the state of the last rebuild: reference and padded capacities) goes stale, either
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
-    system), then `build`.
-
-    Args:
-        comm: this rank's communicator.
-        config: the `DomainConfig`.
-        halo_width: the ghost shell's width, Å.
-        list_pairs: list a view's pairs when it is built (not for an evaluation that lists
-            its own, such as chunks).
+    system), then `build`. `halo_width` (Å) is the ghost shell's; without `list_pairs` views
+    are built without pairs (for an evaluation that lists its own, such as chunks).
     """
 
     def __init__(
-        self,
-        comm: Communicator,
-        config: DomainConfig,
-        halo_width: float,
-        list_pairs: bool = True,
+        self, comm: Communicator, config: DomainConfig, halo_width: float, list_pairs: bool = True
     ) -> None:
         self.comm = comm
         self.config = config
