@@ -7,8 +7,9 @@ import threading
 
 import pytest
 import torch
+from ase import Atoms
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig, ReplicatedModel
+from nvdd_plugins import Batch, ChunkedEvaluator, DistributedModel, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import HaloPlan, HaloSlot, all_reduce_sum, run_simulated
 from nvdd_plugins.distributed_model import Leaves
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
@@ -94,6 +95,15 @@ def test_pre_sliced_energies_name_the_rule():
 def test_unfiltered_sentinels_name_the_rule():
     with pytest.raises(RuntimeError, match="sentinel"):
         _run(_NoSentinelFilter(cutoff=4.5, seed=7).double())
+
+
+def test_unfiltered_sentinels_in_chunks_name_the_rule():
+    # two atoms, two pairs: the chunk's pairs get a sentinel slot (their count would be the
+    # row count), which this model indexes with
+    pair = Batch.from_atoms(Atoms("H2", positions=[(0.0, 0.0, 0.0), (1.0, 0.0, 0.0)]))
+    chunked = ChunkedEvaluator(_NoSentinelFilter(cutoff=4.5, seed=7).double(), max_atoms=8)
+    with pytest.raises(DistributionRuleError, match="filter them in adapt_input"):
+        chunked(pair)
 
 
 class _FiltersOnlyOnce(_NoSentinelFilter):

@@ -7,24 +7,22 @@ way its spec says and returns `RowResults`, which each layout maps back to its a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
+from functools import partial
 
 import torch
 
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
-from nvdd_plugins.distributed_model.evaluation.results import (
-    RowResults,
-    check_energies,
-    consolidate,
-)
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
+from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
+from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view_build import padded_rows
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin
@@ -61,8 +59,6 @@ class HaloEngine:
         self.comm = comm
         self.spec = _validated_spec(model, config)
         self.shell = shell if shell is not None else shell_for(model, self.spec, config)
-        if isinstance(self.shell, ThickShell):
-            config = dataclasses.replace(config, halo_layers=self.shell.n_layers)
         self.config = config
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         self.chunks: ChunkedRows | None = None
@@ -79,22 +75,16 @@ class HaloEngine:
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
         self.runner.rebuilt()
+        require_compilable(self.model, self.config, cell, pbc)
         if not (self._accepts_skin_pairs or self.config.fixed_shapes):
             # Without a skin the list holds the pairs within the cutoff only, and any motion
             # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
             # rounding, which such a model weighs zero).
             self._skin_pairs = self.config.skin == 0.0 and self._weighs_far_pairs_zero
             return
-        unambiguous = images_unambiguous(cell, pbc, self.config.halo_width)
-        self._skin_pairs = self._accepts_skin_pairs and unambiguous
-        if self.config.fixed_shapes and not unambiguous:
-            raise ValueError(
-                "compile=True and cuda_graphs pass Verlet pairs up to cutoff + skin "
-                "unfiltered, which needs "
-                f"every periodic cell width above 2 x (cutoff + skin) = "
-                f"{2 * self.config.halo_width:g} Å: lower the skin or run without compile "
-                "and cuda_graphs"
-            )
+        self._skin_pairs = self._accepts_skin_pairs and images_unambiguous(
+            cell, pbc, self.config.halo_width
+        )
 
     def wanted(self, properties: Iterable[str]) -> Wanted:
         """What of `properties` this engine derives by autograd."""
@@ -117,36 +107,18 @@ class HaloEngine:
         cell = cell.detach()
         if self.chunks is not None:
             out, derived = self._evaluate_in_chunks(view, leaf, rows, cell, wanted)
-        else:
-            out, derived = self._evaluate_view(view, leaf, rows, cell, pbc, wanted)
-        partial = out["energies"][: view.n_owned].sum()
+        else:  # the whole view at once
+            leaves = Leaves(
+                leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None
+            )
+            refreshed = None if isinstance(self.shell, ThickShell) else view
+            batch_of = partial(self.batch, view, pbc=pbc, leaves=leaves)
+            out, derived = self.runner.derived(
+                leaves, rows, cell, batch_of, view.n_owned, refreshed
+            )
+        owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
-        return consolidate(self.spec, self.comm, out, partial, derived, checking)
-
-    def _evaluate_view(
-        self,
-        view: HaloView,
-        leaf: torch.Tensor,
-        rows: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        wanted: Wanted,
-    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The model's outputs on the whole view at once and the derivatives of the owned
-        partial energy (ghost rows refreshed per layer, or in a thick shell not at all)."""
-        leaves = Leaves(leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None)
-        with torch.enable_grad():
-            rows, run_cell = leaves.strained(rows, cell)
-            batch = self.batch(view, rows, run_cell, pbc, leaves)
-            if isinstance(self.shell, ThickShell):
-                out = self.runner.run_alone(batch, view.n_owned)
-            else:
-                out = self.runner.run(view, batch)
-            check_energies(out.get("energies"), view.n_rows)
-            derived = leaves.derive(out["energies"][: view.n_owned].sum(), cell, self.model)
-        if "pair_gradients" in derived:
-            derived["stresses"] = edge_stresses(batch, derived["pair_gradients"], cell, view.n_rows)
-        return out, derived
+        return consolidate(self.spec, self.comm, out, owned_energy, derived, checking)
 
     def _evaluate_in_chunks(
         self,
@@ -171,9 +143,9 @@ class HaloEngine:
         kinds = self.spec.output_kinds
         for name, value in out.items():
             if kinds.get(name) is OutputKind.PER_NODE:
-                out[name] = _padded(value, view.n_rows)
+                out[name] = padded_rows(value, view.n_rows)
         if "stresses" in derived:
-            derived["stresses"] = _padded(derived["stresses"], view.n_rows)
+            derived["stresses"] = padded_rows(derived["stresses"], view.n_rows)
         if leaf.requires_grad:
             with torch.enable_grad():
                 (derived["forces"],) = torch.autograd.grad(local, leaf, derived["forces"])
@@ -210,11 +182,6 @@ class HaloEngine:
         )
 
 
-def _padded(value: torch.Tensor, n_rows: int) -> torch.Tensor:
-    """`value` with zero rows appended up to `n_rows`."""
-    return torch.cat([value, value.new_zeros(n_rows - value.shape[0], *value.shape[1:])])
-
-
 def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
     """The model's spec for `config.strategy`, or a clear error when it cannot run under
     `config`."""
@@ -234,13 +201,7 @@ def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
         raise DistributionRuleError(
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
         )
-    neighbors = model.model_config.neighbor_config
-    if config.fixed_shapes and not (neighbors and neighbors.accepts_skin_pairs):
-        raise ValueError(
-            "compile=True and cuda_graphs run at fixed shapes without filtering pairs, so "
-            "they need a model that weighs pairs beyond its cutoff exactly zero "
-            "(NeighborConfig(accepts_skin_pairs=True))"
-        )
+    require_compilable(model, config)
     if model.cutoff > config.cutoff:
         raise ValueError(
             f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "

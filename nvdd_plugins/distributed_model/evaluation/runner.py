@@ -5,10 +5,14 @@ The first forward after each rebuild runs eagerly under op interception with the
 (`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
 without interception when its aggregations are all marked, without the edges into ghost rows
 when they all write onto one row of `edge_index`; otherwise eagerly under interception.
+Which of these apply is one `ForwardPlan`, decided at the checked forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
@@ -17,6 +21,8 @@ from nvdd_plugins.comm import Communicator, HaloSlot
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, edge_stresses
+from nvdd_plugins.distributed_model.evaluation.forward_plan import ForwardPlan
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
     REBIND_RULE,
@@ -24,6 +30,7 @@ from nvdd_plugins.distributed_model.evaluation.interception import (
     HaloInterceptionMode,
 )
 from nvdd_plugins.distributed_model.evaluation.pair_capacity import PairCapacity
+from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
@@ -38,6 +45,7 @@ class SpecRunner:
     Attributes:
         checking: the next forward is the checked one (set by `rebuilt`, cleared by the
             caller once the step's results are consolidated).
+        plan: what the forwards on the current view may skip, decided at its checked one.
     """
 
     def __init__(
@@ -48,15 +56,12 @@ class SpecRunner:
         self.config = config
         self.comm = comm
         self.checking = True
-        distribution = spec.distribution
-        # eager forwards take the spec's shortcuts (no op interception, no edges into ghost
-        # rows) once a forward taking them agreed with the reference one
-        self._marked = distribution.aggregations_marked and not config.compile
-        self._target_row = None if config.compile else distribution.edge_target_row
-        self._claims_verified = not (self._marked or self._target_row is not None)
+        self.plan = ForwardPlan.of(spec, config, lambda: False)
+        # eager forwards take the spec's shortcuts once a forward taking them agreed with
+        # the reference one
+        self._claims_verified = False
         self._compiled: Any = None
         self._slot = HaloSlot()
-        self._all_own_atoms = False  # every rank owns atoms (decided at each rebuild)
         neighbors = model.model_config.neighbor_config
         # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
         self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
@@ -70,32 +75,23 @@ class SpecRunner:
     def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
         may replace its "edge_index")."""
+        if self.checking:
+            self.plan = ForwardPlan.of(self.spec, self.config, partial(self._all_own, view))
+        plan = self.plan
         ctx = HaloContext(
             view.n_rows,
             view.n_owned,
             view.owned_mask,
             self._slot.bind(view.plan, self.comm),
-            in_place=not self.config.compile,
+            in_place=not plan.compiled,
             exchanges=view.plan.exchanges,
         )
-        if self.checking and self._marked:
-            self._all_own_atoms = self._every_rank_owns_atoms(view)
-        try:
-            with replaced_helpers(self.spec.distribution.third_party_helpers):
-                if self.config.compile and not self.checking:
-                    return self._compiled_forward(batch.device)(batch, ctx)
-                if not self._claims_verified:
-                    return self._verified_forward(batch, view, ctx)
-                batch = self._claimed(batch, view, ctx)
-                if self._marked and not self.checking:
-                    with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
-                        return self.model(batch)
-                return self._forward_in_mode(batch, ctx, check_indices=self.checking)
-        except IndexError as err:
-            # the only out-of-range indices the framework hands a model are its sentinels
-            if bool((batch.edge_index >= view.n_rows).any()):
-                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
-            raise
+        with self._model_scope(batch):
+            if plan.compiled and not self.checking:
+                return self._compiled_forward(batch.device)(batch, ctx)
+            if plan.shortcuts and not self._claims_verified:
+                return self._verified_forward(batch, view, ctx)
+            return self._eager_forward(batch, view, ctx, self.checking)
 
     def run_alone(self, batch: Batch, n_owned: int) -> dict[str, torch.Tensor]:
         """The model's outputs on rows that need no exchange (a thick shell's: every owned
@@ -104,19 +100,54 @@ class SpecRunner:
         n_rows = batch.num_nodes
         owned = torch.arange(n_rows, device=batch.device) < n_owned
         ctx = HaloContext(n_rows, n_owned, owned, slot=-1, exchanges=False)
-        with replaced_helpers(self.spec.distribution.third_party_helpers):
+        with self._model_scope(batch):
             return self._forward_in_mode(batch, ctx, check_indices=self.checking)
 
-    def _every_rank_owns_atoms(self, view: HaloView) -> bool:
+    @contextmanager
+    def _model_scope(self, batch: Batch) -> Iterator[None]:
+        """Where the model runs on `batch`: the spec's third-party helpers replaced, and an
+        IndexError from a sentinel index named as the rule the model breaks."""
+        try:
+            with replaced_helpers(self.spec.distribution.third_party_helpers):
+                yield
+        except IndexError as err:
+            # the only out-of-range indices the framework hands a model are its sentinels
+            if bool((batch.edge_index >= batch.num_nodes).any()):
+                raise DistributionRuleError(f"{err}: {SENTINEL_RULE}") from err
+            raise
+
+    def derived(
+        self,
+        leaves: Leaves,
+        rows: torch.Tensor,
+        cell: torch.Tensor,
+        batch_of: Callable[[torch.Tensor, torch.Tensor], Batch],
+        n_owned: int,
+        view: HaloView | None = None,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The model's outputs on `batch_of(rows, cell)` after the strain of `leaves` and the
+        derivatives of the first `n_owned` rows' energy, per-atom "stresses" included; run
+        on `view`, or without one alone."""
+        with torch.enable_grad():
+            rows, run_cell = leaves.strained(rows, cell)
+            batch = batch_of(rows, run_cell)
+            out = self.run_alone(batch, n_owned) if view is None else self.run(view, batch)
+            check_energies(out.get("energies"), batch.num_nodes)
+            derived = leaves.derive(out["energies"][:n_owned].sum(), cell, self.model)
+        if "pair_gradients" in derived:
+            gradients = derived["pair_gradients"]
+            derived["stresses"] = edge_stresses(batch, gradients, cell, batch.num_nodes)
+        return out, derived
+
+    def _all_own(self, view: HaloView) -> bool:
         """Whether no rank's view is empty of owned atoms (collective)."""
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
         return float(self.comm.all_reduce(empty, "sum")) == 0
 
     def _owned_rows(self, ctx: HaloContext) -> OwnedRows | None:
-        """The layout a model may compute owned rows only on (`owned_rows`): every rank
-        must take that path, since it exchanges differently, and a model may not run it
-        on zero rows (mace cannot)."""
-        return ctx.owned_rows() if self._all_own_atoms else None
+        """The layout a model may compute owned rows only on (`owned_rows`), if the plan
+        offers it."""
+        return ctx.owned_rows() if self.plan.owned_rows else None
 
     def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
         """`batch` without the edges into ghost rows, when the spec says every aggregation
@@ -125,18 +156,29 @@ class SpecRunner:
         filtering) a copy of `batch` leaves them out, with a shape fixed for the view's
         life, and with it the pairs beyond the cutoff when the model prunes them
         (`PairCapacity`)."""
-        if self._target_row is None or ctx.n_owned == ctx.n_rows:
+        target_row = self.plan.target_row
+        if target_row is None or ctx.n_owned == ctx.n_rows:
             return batch
         edge_index = batch.edge_index
         if not self.config.fixed_shapes:
-            into_owned = edge_index[self._target_row] < ctx.n_owned
+            into_owned = edge_index[target_row] < ctx.n_owned
             sentinel = torch.full_like(edge_index, ctx.n_rows)
             batch.edge_index = torch.where(into_owned, edge_index, sentinel)
             return batch
-        claimed = batch.select_edges(view.slots_onto_owned(self._target_row))
+        claimed = batch.select_edges(view.slots_onto_owned(target_row))
         if self.pairs is None:
             return claimed
         return self.pairs.within(claimed, self.model.cutoff)
+
+    def _eager_forward(
+        self, batch: Batch, view: HaloView, ctx: HaloContext, checking: bool
+    ) -> dict[str, torch.Tensor]:
+        """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
+        batch = self._claimed(batch, view, ctx)
+        if self.plan.marked and not checking:
+            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
+                return self.model(batch)
+        return self._forward_in_mode(batch, ctx, check_indices=checking)
 
     def _verified_forward(
         self, batch: Batch, view: HaloView, ctx: HaloContext
@@ -149,12 +191,7 @@ class SpecRunner:
         than the later ones."""
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
-        batch = self._claimed(batch, view, ctx)
-        if self._marked:
-            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
-                out = self.model(batch)
-        else:
-            out = self._forward_in_mode(batch, ctx)
+        out = self._eager_forward(batch, view, ctx, checking=False)
         owned = reference[: ctx.n_owned]
         claimed = out["energies"][: ctx.n_owned].detach()
         differs = ctx.n_owned > 0 and bool(

@@ -24,6 +24,10 @@ __all__ = ["PerLayerRefresh", "Shell", "ThickShell", "refuse_global_sums", "shel
 class PerLayerRefresh:
     """One cutoff of ghosts, refreshed from their owners after each aggregation onto atoms."""
 
+    def halo_width(self, config: DomainConfig) -> float:
+        """The ghost shell's width, Å: `config.halo_width`."""
+        return config.halo_width
+
 
 @dataclass(frozen=True)
 class ThickShell:
@@ -37,6 +41,10 @@ class ThickShell:
 
     n_layers: int
     chunk_rows: int | Literal["auto"] | None = None
+
+    def halo_width(self, config: DomainConfig) -> float:
+        """The ghost shell's width, Å: `n_layers` cutoffs of `config` plus its skin."""
+        return self.n_layers * config.cutoff + config.skin
 
 
 Shell = PerLayerRefresh | ThickShell

@@ -18,8 +18,7 @@ import torch
 
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
-from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted, edge_stresses
-from nvdd_plugins.distributed_model.evaluation.results import check_energies
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.rows.chunk_grid import (
@@ -29,6 +28,7 @@ from nvdd_plugins.distributed_model.rows.chunk_grid import (
     measured_row_limit,
     partitioned,
 )
+from nvdd_plugins.distributed_model.rows.view_build import padded_pairs, slot_count
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 from nvdd_plugins.spec import OutputKind
 
@@ -210,12 +210,12 @@ class ChunkedRows:
         with torch.enable_grad():
             offsets = rows_times_3x3(units.to(positions.dtype), cell[0])
             rows = positions.index_select(0, atoms) + offsets
-            edge_index, unit_shifts = _pairs(rows.detach(), cell[0], wrapped, self.model.cutoff)
-            n_edges = edge_index.shape[1]
-            leaves = Leaves(positions, wanted.stress, n_edges if wanted.stresses else None)
-            rows, run_cell = leaves.strained(rows, cell)
+        edge_index, unit_shifts = _pairs(rows.detach(), cell[0], wrapped, self.model.cutoff)
+        leaves = Leaves(positions, wanted.stress, edge_index.shape[1] if wanted.stresses else None)
+
+        def batch_of(rows: torch.Tensor, run_cell: torch.Tensor) -> Batch:
             shifts = rows_times_3x3(unit_shifts.to(rows.dtype), run_cell[0])
-            batch = Batch(
+            return Batch(
                 node={"positions": rows, "atomic_numbers": atomic_numbers[atoms]},
                 edge={
                     "edge_index": edge_index,
@@ -225,12 +225,9 @@ class ChunkedRows:
                 system={"cell": run_cell, "pbc": wrapped.reshape(1, 3)},
                 ptr=torch.tensor([0, atoms.shape[0]], device=atoms.device),
             )
-            out = self.runner.run_alone(batch, n_owned)
-            check_energies(out.get("energies"), atoms.shape[0])
-            derived = leaves.derive(out["energies"][:n_owned].sum(), cell, self.model)
-        if "pair_gradients" in derived:
-            gradients = derived.pop("pair_gradients")
-            derived["stresses"] = edge_stresses(batch, gradients, cell, atoms.shape[0])
+
+        out, derived = self.runner.derived(leaves, rows, cell, batch_of, n_owned)
+        derived.pop("pair_gradients", None)
         found = {name: value.detach() for name, value in out.items()}
         return found, {name: value.detach() for name, value in derived.items()}
 
@@ -238,12 +235,10 @@ class ChunkedRows:
 def _pairs(
     rows: torch.Tensor, cell: torch.Tensor, wrapped: torch.Tensor, cutoff: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pairs of `rows` within `cutoff` and their lattice units; one sentinel pair added
-    when the pair count equals the row count, since interception tells per-atom tensors by
-    their size."""
+    """The pairs of `rows` within `cutoff` and their lattice units, in the edge slots a view
+    of those rows would have (`slot_count`)."""
     neighbors = build_neighbor_list(rows, cell, wrapped, cutoff)
-    edge_index, units = neighbors.edge_index, neighbors.unit_shifts
-    if edge_index.shape[1] != rows.shape[0]:
-        return edge_index, units
-    sentinel = edge_index.new_full((2, 1), rows.shape[0])
-    return torch.cat([edge_index, sentinel], 1), torch.cat([units, units.new_zeros(1, 3)])
+    n_rows, n_pairs = rows.shape[0], neighbors.edge_index.shape[1]
+    return padded_pairs(
+        neighbors.edge_index, neighbors.unit_shifts, n_rows, slot_count(n_pairs, n_rows)
+    )

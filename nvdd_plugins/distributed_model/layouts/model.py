@@ -71,10 +71,14 @@ class SubdomainModel(nn.Module):
         self._graphs_required = config.cuda_graphs is True
         config = config.with_graphs_resolved(needs, _on_cuda(model))
         self.engine = HaloEngine(model, config, self.comm)
-        self.config = self.engine.config  # with the ghost shell the engine needs
+        self.config = config
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        graph = self.config.strategy is StrategyKind.GRAPH_PARTITION
-        self.domain = (GraphDomain if graph else HaloDomain)(self.comm, self.config)
+        width, chunked = self.engine.shell.halo_width(config), self.engine.chunks is not None
+        self.domain: HaloDomain | GraphDomain = (
+            GraphDomain(self.comm, config)
+            if config.strategy is StrategyKind.GRAPH_PARTITION
+            else HaloDomain(self.comm, config, width, list_pairs=not chunked)  # chunks list theirs
+        )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
         self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)

@@ -36,12 +36,17 @@ class HaloDomain:
     Call `setup` once with the full system (on rank 0; None elsewhere is fine); when `verlet`
     (the state of the last rebuild: reference and padded capacities) goes stale, either
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
-    system), then `build`.
+    system), then `build`. `halo_width` (Å) is the ghost shell's; without `list_pairs` views
+    are built without pairs (for an evaluation that lists its own, such as chunks).
     """
 
-    def __init__(self, comm: Communicator, config: DomainConfig) -> None:
+    def __init__(
+        self, comm: Communicator, config: DomainConfig, halo_width: float, list_pairs: bool = True
+    ) -> None:
         self.comm = comm
         self.config = config
+        self.halo_width = float(halo_width)
+        self.list_pairs = list_pairs
         self.partitioner: SpatialPartitioner | None = None
         self.view: HaloView | None = None
         self.padding_species = 1
@@ -66,7 +71,7 @@ class HaloDomain:
         origin, box, pbc, self.padding_species = self.comm.broadcast_object(payload, src=0)
         frame = DecompositionFrame(origin, box, pbc)
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, self.config.grid, self.config.halo_width
+            frame, self.comm.size, self.config.grid, self.halo_width
         )
         self.balance_from_root(full.positions if self.comm.rank == 0 and full is not None else None)
         self.view = None
@@ -131,7 +136,7 @@ class HaloDomain:
             return
         partitioner = self._partitioner()
         self.partitioner = SpatialPartitioner(
-            partitioner.frame, self.comm.size, None, self.config.halo_width, cuts
+            partitioner.frame, self.comm.size, None, self.halo_width, cuts
         )
         self.rebalances += 1
 
@@ -149,7 +154,7 @@ class HaloDomain:
         if same_place and torch.equal(frame.box, current):
             return partitioner
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, None, self.config.halo_width, partitioner.cuts
+            frame, self.comm.size, None, self.halo_width, partitioner.cuts
         )
         return self.partitioner
 
@@ -243,8 +248,7 @@ class HaloDomain:
         padding = Padding(
             self.padding_species, partitioner.halo_width, *capacities, self.config.fixed_shapes
         )
-        listing = self.config.chunk_atoms is None
-        view = build_halo_view(self.comm, partitioner, owned, padding, list_pairs=listing)
+        view = build_halo_view(self.comm, partitioner, owned, padding, self.list_pairs)
         self.view = view
         self.verlet.record(positions, cell)
         self.rebuilds += 1
@@ -282,9 +286,7 @@ class HaloDomain:
         rebuild reference back; without it the next evaluation rebuilds."""
         if cuts is not None:
             cuts.check()
-        self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, grid, self.config.halo_width, cuts
-        )
+        self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.halo_width, cuts)
         self.padding_species = int(padding_species)
         self.view = None
         self.verlet.reset()

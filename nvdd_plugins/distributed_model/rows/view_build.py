@@ -15,7 +15,15 @@ from nvdd_plugins.decomposition import SpatialPartitioner
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
-__all__ = ["Padding", "ViewRows", "build_halo_view", "padded_view"]
+__all__ = [
+    "Padding",
+    "ViewRows",
+    "build_halo_view",
+    "padded_pairs",
+    "padded_rows",
+    "padded_view",
+    "slot_count",
+]
 
 
 def _exact(count: int) -> int:
@@ -73,6 +81,32 @@ class Padding:
     extra_rows: bool = True
 
 
+def slot_count(n_pairs: int, n_rows: int) -> int:
+    """Edge slots for `n_pairs` pairs among `n_rows` rows: one more when the two counts are
+    equal, since the interception tells node-indexed tensors by their leading size."""
+    return n_pairs + (n_pairs == n_rows)
+
+
+def padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor:
+    """`values` with rows of `fill` appended up to `count` rows."""
+    return torch.cat([values, values.new_full((count - values.shape[0], *values.shape[1:]), fill)])
+
+
+def padded_pairs(
+    pairs: torch.Tensor, units: torch.Tensor | None, n_rows: int, slots: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`pairs` (2, E) and their lattice `units` (E, 3; None: zero) in `slots` edge slots,
+    the empty ones holding the sentinel row `n_rows` at zero units."""
+    pairs = pairs.long()
+    sentinels = pairs.new_full((2, slots - pairs.shape[1]), n_rows)
+    return torch.cat([pairs, sentinels], 1), padded_rows(_units(units, pairs.device), slots)
+
+
+def _units(units: torch.Tensor | None, device: torch.device) -> torch.Tensor:
+    """Lattice `units` (n, 3) as integers; None (zero): none, padding fills them."""
+    return torch.zeros(0, 3, dtype=torch.long, device=device) if units is None else units.long()
+
+
 def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     """Pad `rows` and their pairs to their capacities.
 
@@ -92,26 +126,16 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
             n_rows += 1
     else:
         n_rows = n_rows or 2
-        slots += slots == n_rows
+        slots = slot_count(slots, n_rows)
     n_pad = n_rows - n_local
 
-    def padded(values: torch.Tensor | None, width: int, fill: int, count: int) -> torch.Tensor:
-        shape = (count, width) if width else (count,)
-        if values is None:
-            return torch.zeros(shape, dtype=torch.long, device=device)
-        values = values.long()
-        return torch.cat([values, values.new_full((count - values.shape[0], *shape[1:]), fill)])
-
-    edge_units = padded(rows.pair_units, 3, 0, slots)
-    edge_index = torch.full((2, slots), n_rows, dtype=torch.long, device=device)
+    edge_index, edge_units = padded_pairs(pairs, rows.pair_units, n_rows, slots)
     if padding.far_pairs:
-        edge_index[0], edge_index[1] = n_local, n_local + 1
-    edge_index[:, :n_pairs] = pairs
+        edge_index[0, n_pairs:], edge_index[1, n_pairs:] = n_local, n_local + 1
     built_shifts = rows.built_shifts
     if built_shifts is not None:
         cell, pair_shifts = built_shifts
-        pair_shifts = torch.cat([pair_shifts, pair_shifts.new_zeros(slots - n_pairs, 3)])
-        built_shifts = (cell.detach().clone(), pair_shifts)
+        built_shifts = (cell.detach().clone(), padded_rows(pair_shifts, slots))
     spacing = padding.spacing
     reach = positions.abs().max() if n_local else positions.new_zeros(())
     steps = torch.arange(1, n_pad + 1, device=device, dtype=positions.dtype)
@@ -121,9 +145,9 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     return HaloView(
         plan=rows.plan,
         n_rows=n_rows,
-        image_units=padded(rows.image_units, 3, 0, n_rows),
-        atomic_numbers=padded(rows.atomic_numbers, 0, padding.species, n_rows),
-        global_ids=padded(rows.global_ids, 0, -1, n_rows),
+        image_units=padded_rows(_units(rows.image_units, device), n_rows),
+        atomic_numbers=padded_rows(rows.atomic_numbers.long(), n_rows, padding.species),
+        global_ids=padded_rows(rows.global_ids.long(), n_rows, -1),
         edge_index=edge_index,
         edge_unit_shifts=edge_units,
         padding_positions=far,

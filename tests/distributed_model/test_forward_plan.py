@@ -1,0 +1,67 @@
+"""ForwardPlan: the spec's shortcuts are taken eagerly only, the collective "every rank owns
+atoms" is asked only for a marked plan; require_compilable names what compile=True needs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from nvdd_plugins import DomainConfig
+from nvdd_plugins.distributed_model.evaluation.forward_plan import ForwardPlan, require_compilable
+from nvdd_plugins.models import NeighborConfig
+from nvdd_plugins.spec import SPEC_MPNN_HALO
+from tests.helpers.systems import lj_model
+
+MARKED = dataclasses.replace(
+    SPEC_MPNN_HALO,
+    distribution=dataclasses.replace(
+        SPEC_MPNN_HALO.distribution, aggregations_marked=True, edge_target_row=1
+    ),
+)
+
+
+def _asked(answer: bool) -> tuple[list[int], object]:
+    calls: list[int] = []
+
+    def every_rank_owns() -> bool:
+        calls.append(1)
+        return answer
+
+    return calls, every_rank_owns
+
+
+@pytest.mark.parametrize("compile_", [False, True])
+def test_shortcuts_are_eager_only(compile_: bool) -> None:
+    calls, every_rank_owns = _asked(True)
+    plan = ForwardPlan.of(MARKED, DomainConfig(cutoff=3.0, compile=compile_), every_rank_owns)
+    assert plan.compiled is compile_
+    assert plan.shortcuts is not compile_
+    assert plan.marked is plan.owned_rows is (not compile_)
+    assert plan.target_row == (None if compile_ else 1)
+    assert len(calls) == (0 if compile_ else 1)
+
+
+def test_owned_rows_need_every_rank_to_own_atoms() -> None:
+    _, nobody = _asked(False)
+    assert not ForwardPlan.of(MARKED, DomainConfig(cutoff=3.0), nobody).owned_rows
+    calls, every_rank_owns = _asked(True)
+    plan = ForwardPlan.of(SPEC_MPNN_HALO, DomainConfig(cutoff=3.0), every_rank_owns)
+    assert not (plan.shortcuts or plan.owned_rows) and not calls
+
+
+def test_compile_preconditions() -> None:
+    model = lj_model()
+    narrow, pbc = 6.0 * torch.eye(3, dtype=torch.float64), torch.ones(3, dtype=torch.bool)
+    wide = 4.0 * narrow
+    config = DomainConfig(cutoff=model.cutoff, skin=0.5, compile=True)
+    require_compilable(model, config, wide, pbc)
+    with pytest.raises(ValueError, match="lower the skin or run without compile"):
+        require_compilable(model, config, narrow, pbc)
+    require_compilable(model, dataclasses.replace(config, compile=False), narrow, pbc)
+    model.model_config = dataclasses.replace(
+        model.model_config, neighbor_config=NeighborConfig(model.cutoff, accepts_skin_pairs=False)
+    )
+    with pytest.raises(ValueError, match="accepts_skin_pairs"):
+        require_compilable(model, config)
