@@ -133,3 +133,43 @@ def test_padded_rows_stay_put_while_the_ghost_count_wobbles() -> None:
     counts = run_simulated(1, lambda comm: _padded_row_counts(comm, [40, 38, 41, 80]))[0]
     assert counts[0] >= 100 and counts[0] == counts[1] == counts[2], counts
     assert counts[3] >= 140, counts
+
+
+def _given_rows_steps(comm, model, atoms, splits):
+    """`GivenRowsModel` on an open cluster laid out by `x < split` (rank 0 owns those atoms,
+    rank 1 the rest; every other atom a ghost row), one call per split: the energy and each
+    rank's local-row forces keyed by global id."""
+    layout = GivenRowsModel(model, comm, padding_species=18)
+    positions = torch.tensor(atoms.positions)
+    numbers = torch.tensor(atoms.numbers)
+    steps = []
+    for split in splits:
+        mine = (positions[:, 0] < split) == (comm.rank == 0)
+        ids = torch.cat([mine.nonzero()[:, 0], (~mine).nonzero()[:, 0]])
+        n_owned = int(mine.sum())
+        view = layout.view(n_owned, positions[ids], numbers[ids], ids)
+        result = layout(view, positions[ids], torch.zeros(1, 3, 3, dtype=positions.dtype))
+        steps.append((ids, result["forces"], result["energy"]))
+    return steps
+
+
+def test_a_rank_whose_atoms_all_leave_keeps_computing_exactly() -> None:
+    """A model computing owned rows only (MACE) when every rank owns atoms: after a row
+    layout in which one rank owns none, that path must not be taken (it cannot run on zero
+    rows), and the results stay exact."""
+    pytest.importorskip("mace")
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace
+
+    model, atoms = MACEWrapper(tiny_mace()), SYSTEMS["cluster"]()
+    atoms.numbers[:] = 18
+    ref = reference(model, atoms, ("energy", "forces"))
+    middle, beyond = float(atoms.positions[:, 0].mean()), float(atoms.positions[:, 0].max()) + 1
+    results = run_simulated(2, lambda comm: _given_rows_steps(comm, model, atoms, [middle, beyond]))
+    for step in range(2):
+        forces = torch.zeros_like(ref["forces"])
+        for rank_steps in results:
+            ids, rows_forces, energy = rank_steps[step]
+            forces.index_add_(0, ids, rows_forces)
+            assert abs(float(energy[0] - ref["energy"][0])) < 1e-10 * len(atoms)
+        assert float((forces - ref["forces"]).abs().max()) < FORCES_TOL, f"step {step}"

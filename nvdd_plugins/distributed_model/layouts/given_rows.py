@@ -113,6 +113,12 @@ class GivenRowsModel:
             plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self._plan = plan.to(ids.device)
             self.verlet.record(None, ids=layout)
+            # as after a DomainParallel rebuild, the next forward is checked and its plan
+            # decided afresh (a rank may now own no atoms); the rows are an open frame
+            device = ids.device
+            self.engine.rebuilt(
+                torch.zeros(3, 3, device=device), torch.zeros(3, dtype=torch.bool, device=device)
+            )
         assert self._plan is not None
         return self._plan
 
