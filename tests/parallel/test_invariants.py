@@ -19,6 +19,7 @@ from nvdd_plugins.dynamics import NVE, DynamicsStage
 from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin, ModelConfig, NeighborConfig
 from nvdd_plugins.spec import SPEC_MPNN_HALO
+from tests.conftest import all_tests
 
 CUTOFF = 3.0
 
@@ -124,7 +125,12 @@ def _run(
     return check.steps, dd.model.domain.migrated
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI draws 20 gases a run (a fresh random sample each time), test-all 40
+@settings(
+    max_examples=40 if all_tests() else 20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(gases())
 def test_invariants_hold_every_step(gas: tuple[Atoms, np.ndarray, int]) -> None:
     atoms, velocities, world_size = gas
