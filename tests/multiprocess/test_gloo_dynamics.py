@@ -15,7 +15,7 @@ from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, md_inte
 
 pytestmark = pytest.mark.multiprocess
 
-N_STEPS = 200
+N_STEPS = 100
 DT_FS, SKIN = MD_DT_FS, MD_SKIN
 MODELS = {"lj": lj_model, "mpnn": mpnn_model}
 
