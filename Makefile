@@ -95,7 +95,7 @@ test: install install-e3nn install-uma
 	$(PY_E3NN) -m pytest $(E3NN_TESTS)
 	$(PY_UMA) -m pytest $(UMA_TESTS)
 
-# the CI subset plus the tests marked slow (long sweeps, heavy compiles)
+# the CI subset plus the tests marked slow (long sweeps, heavy compiles; docs/testing.md)
 test-all: export NVDD_ALL_TESTS = 1
 test-all: test
 

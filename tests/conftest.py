@@ -20,13 +20,20 @@ torch.set_num_threads(1)
 
 ALL_TESTS_ENV = "NVDD_ALL_TESTS"
 """Set to 1 (`make test-all`) to run the tests marked `slow` as well."""
+
+
+def all_tests() -> bool:
+    """Whether this run includes the `slow` tier (`make test-all`)."""
+    return os.environ.get(ALL_TESTS_ENV) == "1"
+
+
 NEAR_TIMEOUT = 1 / 3
 """A test whose call takes more than this share of its timeout is listed at the end of the run."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip `slow` tests (long sweeps, heavy compiles) unless NVDD_ALL_TESTS=1."""
-    if os.environ.get(ALL_TESTS_ENV) == "1":
+    if all_tests():
         return
     skip = pytest.mark.skip(reason=f"slow: outside the CI subset ({ALL_TESTS_ENV}=1 runs it)")
     for item in items:

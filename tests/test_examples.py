@@ -57,7 +57,10 @@ def test_distributed_nvt_with_trajectory_under_mpirun(tmp_path) -> None:
     assert len(frames) == 2 and all(len(frame) == 108 for frame in frames)
 
 
-@pytest.mark.parametrize("model", MODELS)
+# MACE in CI: the NVT example (above); NPT with MACE only in test-all
+@pytest.mark.parametrize(
+    "model", [MODELS[0], pytest.param("mace", marks=[*MODELS[1].marks, pytest.mark.slow])]
+)
 def test_distributed_npt_under_torchrun(model: str) -> None:
     args = ["--model", model, "--steps", "10", "--anisotropic"]
     output = _on_two_ranks("torchrun", "06_mace_npt_distributed.py", *args)

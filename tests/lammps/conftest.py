@@ -17,6 +17,10 @@ from tests.lammps.jobs import run_lmp
 from tests.lammps.lammps_io import ATTACH_LINES, Snapshot, read_snapshot, write_data
 
 RANKS = [1, 2, 4]
+MODEL_RANKS = [1, 2, pytest.param(4, marks=pytest.mark.slow)]
+"""Rank counts of the model-specific LAMMPS runs (NequIP/Allegro, UMA): 4 ranks only in
+test-all, since the LAMMPS bridge at 4 ranks runs in CI through `lmp_run` and `driver_run`
+and each model at 4 real ranks through its gloo test."""
 DRIVER = Path(__file__).parent / "scripts" / "driver.py"
 
 

@@ -23,7 +23,7 @@ from tests.helpers.multiprocess import run_mpi
 from tests.helpers.nequip_models import BUILDERS, WRAPPERS, nequip_reference
 from tests.helpers.oracle import assert_close
 from tests.lammps.cases import LammpsSystem, model_case
-from tests.lammps.conftest import DRIVER, RANKS, Run
+from tests.lammps.conftest import DRIVER, MODEL_RANKS, Run
 from tests.lammps.lammps_io import ATTACH_LINES, write_data
 from tests.lammps.references import atom_virial_reference, deviations, virial_deviations
 
@@ -54,7 +54,7 @@ def _script(systems: dict[str, LammpsSystem], n_ranks: int) -> str:
     return DETACH_LINES + blocks(FALLBACK) + ATTACH_LINES + blocks(ATTACHED) + virial.block()
 
 
-@pytest.fixture(scope="module", params=RANKS, ids=lambda n: f"np{n}")
+@pytest.fixture(scope="module", params=MODEL_RANKS, ids=lambda n: f"np{n}")
 def nequip_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"nequip_np{n_ranks}")

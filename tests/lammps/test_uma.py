@@ -27,7 +27,7 @@ from tests.helpers.multiprocess import run_mpi
 from tests.helpers.oracle import STRESS_TOL, assert_close
 from tests.helpers.uma_models import tiny_uma, tiny_uma_wrapper, uma_reference
 from tests.lammps.cases import LammpsSystem, model_case
-from tests.lammps.conftest import DRIVER, RANKS, Run
+from tests.lammps.conftest import DRIVER, MODEL_RANKS, Run
 from tests.lammps.lammps_io import ATTACH_LINES, write_data
 from tests.lammps.references import deviations
 
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.lammps, pytest.mark.uma]
 CASES = {"uma_bulk": "bulk_mix", "uma_slab": "slab_mix"}
 
 
-@pytest.fixture(scope="module", params=RANKS, ids=lambda n: f"np{n}")
+@pytest.fixture(scope="module", params=MODEL_RANKS, ids=lambda n: f"np{n}")
 def uma_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"uma_np{n_ranks}")

@@ -1,4 +1,4 @@
-"""The ASE calculator under real `mpirun` (1, 2 and 4 ranks)."""
+"""The ASE calculator under real `mpirun` (1, 2 and 4 ranks; CI: 1 and 2, see docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ pytestmark = pytest.mark.multiprocess
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "ase_checks.py"
 
 
-@pytest.mark.parametrize("n_ranks", [1, 2, 4])
+# 4 ranks only in test-all (CI: 4 real ranks in test_gloo_model.py and test_gloo_graph.py,
+# the calculator at up to 8 simulated ranks in the torture suite's ASE path)
+@pytest.mark.parametrize("n_ranks", [1, 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_ase_calculator_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, SCRIPT, timeout=300)
     assert output.count("ALL OK") == n_ranks, output
@@ -53,7 +55,9 @@ def test_a_rank_raising_before_its_calculator_exists_aborts_all() -> None:
 STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"
 
 
-@pytest.mark.parametrize("n_ranks", [1, 2, 4])
+@pytest.mark.parametrize(
+    "n_ranks", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+)
 def test_per_atom_stresses_under_mpirun(n_ranks: int) -> None:
     output = run_mpi(n_ranks, STRESSES, timeout=300)
     assert output.count("STRESSES OK") == n_ranks, output

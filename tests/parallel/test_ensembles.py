@@ -26,7 +26,7 @@ from tests.helpers.ensembles import (
 )
 from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, triclinic_bulk
 
-N_STEPS = 200
+N_STEPS = 100  # NPT/NPH move the cell by over 3 Å in 100 steps
 PRESSURE = 0.1 * ase.units.GPa
 MTK = MTKParameters(tdamp=100.0, pdamp=400.0)
 
@@ -47,10 +47,11 @@ def reference(name: str) -> dict:
     return _references[name]
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
+# 3 ranks (a 3x1x1 grid) only in test-all: 2 and 4 ranks cover one and two split axes
+@pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow), 4])
 @pytest.mark.parametrize("name", sorted(ENSEMBLES))
 def test_matches_one_process(name: str, world_size: int) -> None:
-    """Positions, velocities and cell after 200 steps within 1e-8 (~1e-13 reached); the
+    """Positions, velocities and cell after 100 steps within 1e-8 (~1e-13 reached); the
     cell moves (NPT/NPH), so sub-domains and ghosts follow it every step."""
     expected = reference(name)
     results = run_simulated(
