@@ -1,7 +1,7 @@
-"""SevenNet through LAMMPS (`pair_style mliap unified`, Python driver, the handle attached for
-the per-layer ghost exchange) at 1, 2 and 4 ranks equals sevenn's own forward (its graph and
-its force/stress head) on a two-species bulk and slab. The model file is a pickle of the
-e3nn >= 0.5 model, which needs the `.venv-e3nn` overlay."""
+"""SevenNet through LAMMPS (`pair_style mliap unified`, Python driver, the handle attached
+for the per-layer ghost exchange) at 1, 2 and 4 ranks (4 in test-all) equals sevenn's own
+forward (its graph and its force/stress head) on a two-species bulk and slab. The model file
+is a pickle of the e3nn >= 0.5 model, which needs the `.venv-e3nn` overlay."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.helpers.multiprocess import run_mpi
 from tests.helpers.oracle import assert_close
 from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
 from tests.lammps.cases import LammpsSystem, model_case
-from tests.lammps.conftest import DRIVER, RANKS, Run
+from tests.lammps.conftest import DRIVER, MODEL_RANKS, Run
 from tests.lammps.lammps_io import ATTACH_LINES, write_data
 from tests.lammps.references import deviations
 
@@ -30,15 +30,7 @@ pytestmark = [pytest.mark.lammps]
 CASES = {"sevennet_bulk": "bulk_mix", "sevennet_slab": "slab_mix"}
 
 
-# CI runs 2 ranks; 1 and 4 (make test-all) add nothing the other models' LAMMPS tests lack
-SLOW_RANKS = {n: [pytest.mark.slow] if n != 2 else [] for n in RANKS}
-
-
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param(n, marks=SLOW_RANKS[n]) for n in RANKS],
-    ids=lambda n: f"np{n}",
-)
+@pytest.fixture(scope="module", params=MODEL_RANKS, ids=lambda n: f"np{n}")
 def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"sevennet_np{n_ranks}")
