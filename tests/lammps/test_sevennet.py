@@ -15,6 +15,8 @@ if (reason := missing_lammps()) is not None:
     pytest.skip(reason, allow_module_level=True)
 pytest.importorskip("sevenn")
 
+import e3nn
+
 from lammps_interface import MLIAPModel
 from nvdd_plugins.models import SevenNetWrapper
 from tests.helpers.multiprocess import run_mpi
@@ -36,7 +38,15 @@ def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) ->
     directory = tmp_path_factory.mktemp(f"sevennet_np{n_ranks}")
     for name in CASES.values():
         write_data(directory / systems[name].data, systems[name].atoms, systems[name].elements)
-    MLIAPModel(SevenNetWrapper(tiny_sevennet()), ["Ar", "Cu"]).pickle(directory / "sevennet.pkl")
+    # building a nequip model sets e3nn's global jit mode to "script" (the nequip tests may run
+    # first in this process), and sevenn's modules built then hold unpicklable ScriptFunctions
+    jit_mode = e3nn.get_optimization_defaults()["jit_mode"]
+    e3nn.set_optimization_defaults(jit_mode="eager")
+    try:
+        model = MLIAPModel(SevenNetWrapper(tiny_sevennet()), ["Ar", "Cu"])
+    finally:
+        e3nn.set_optimization_defaults(jit_mode=jit_mode)
+    model.pickle(directory / "sevennet.pkl")
     blocks = "".join(
         model_case(case, "sevennet.pkl", systems[system], n_ranks).block()
         for case, system in CASES.items()
