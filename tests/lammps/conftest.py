@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.multiprocess import run_mpi
-from tests.lammps.cases import LammpsSystem, driver_cases, lmp_cases, make_systems, write_models
+from tests.lammps.cases import (
+    LammpsSystem,
+    driver_cases,
+    lmp_cases,
+    make_systems,
+    model_case,
+    write_models,
+)
 from tests.lammps.jobs import run_lmp
 from tests.lammps.lammps_io import ATTACH_LINES, Snapshot, read_snapshot, write_data
 
@@ -86,5 +93,20 @@ def driver_run(
     directory = _run_dir(workdir, f"driver_np{n_ranks}")
     script = "".join(c.block() for c in driver_cases(systems, n_ranks))
     (directory / "in.cases").write_text(script)
+    output = run_mpi(n_ranks, DRIVER, str(directory / "in.cases"), timeout=300)
+    return Run(directory, output, n_ranks)
+
+
+def attached_model_run(
+    directory: Path, model_file: str, cases: dict[str, LammpsSystem], n_ranks: int
+) -> Run:
+    """The Python driver, the handle attached, over one model's `cases` (case name -> system)
+    with the model file `directory / model_file` (written by the caller)."""
+    for system in cases.values():
+        write_data(directory / system.data, system.atoms, system.elements)
+    blocks = "".join(
+        model_case(case, model_file, system, n_ranks).block() for case, system in cases.items()
+    )
+    (directory / "in.cases").write_text(ATTACH_LINES + blocks)
     output = run_mpi(n_ranks, DRIVER, str(directory / "in.cases"), timeout=300)
     return Run(directory, output, n_ranks)

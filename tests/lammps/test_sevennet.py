@@ -19,12 +19,10 @@ import e3nn
 
 from lammps_interface import MLIAPModel
 from nvdd_plugins.models import SevenNetWrapper
-from tests.helpers.multiprocess import run_mpi
 from tests.helpers.oracle import assert_close
 from tests.helpers.sevennet_models import sevennet_reference, tiny_sevennet
-from tests.lammps.cases import LammpsSystem, model_case
-from tests.lammps.conftest import DRIVER, MODEL_RANKS, Run
-from tests.lammps.lammps_io import ATTACH_LINES, write_data
+from tests.lammps.cases import LammpsSystem
+from tests.lammps.conftest import MODEL_RANKS, Run, attached_model_run
 from tests.lammps.references import deviations
 
 pytestmark = [pytest.mark.lammps]
@@ -36,8 +34,6 @@ CASES = {"sevennet_bulk": "bulk_mix", "sevennet_slab": "slab_mix"}
 def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"sevennet_np{n_ranks}")
-    for name in CASES.values():
-        write_data(directory / systems[name].data, systems[name].atoms, systems[name].elements)
     # building a nequip model sets e3nn's global jit mode to "script" (the nequip tests may run
     # first in this process), and sevenn's modules built then hold unpicklable ScriptFunctions
     jit_mode = e3nn.get_optimization_defaults()["jit_mode"]
@@ -47,13 +43,8 @@ def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) ->
     finally:
         e3nn.set_optimization_defaults(jit_mode=jit_mode)
     model.pickle(directory / "sevennet.pkl")
-    blocks = "".join(
-        model_case(case, "sevennet.pkl", systems[system], n_ranks).block()
-        for case, system in CASES.items()
-    )
-    (directory / "in.cases").write_text(ATTACH_LINES + blocks)
-    output = run_mpi(n_ranks, DRIVER, str(directory / "in.cases"), timeout=300)
-    return Run(Path(directory), output, n_ranks)
+    cases = {case: systems[system] for case, system in CASES.items()}
+    return attached_model_run(Path(directory), "sevennet.pkl", cases, n_ranks)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -23,12 +23,10 @@ pytest.importorskip("fairchem.core")
 from lammps_interface import MLIAPModel
 from nvdd_plugins import Batch
 from nvdd_plugins.models import evaluate_model
-from tests.helpers.multiprocess import run_mpi
 from tests.helpers.oracle import STRESS_TOL, assert_close
 from tests.helpers.uma_models import tiny_uma, tiny_uma_wrapper, uma_reference
-from tests.lammps.cases import LammpsSystem, model_case
-from tests.lammps.conftest import DRIVER, MODEL_RANKS, Run
-from tests.lammps.lammps_io import ATTACH_LINES, write_data
+from tests.lammps.cases import LammpsSystem
+from tests.lammps.conftest import MODEL_RANKS, Run, attached_model_run
 from tests.lammps.references import deviations
 
 pytestmark = [pytest.mark.lammps, pytest.mark.uma]
@@ -40,16 +38,9 @@ CASES = {"uma_bulk": "bulk_mix", "uma_slab": "slab_mix"}
 def uma_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"uma_np{n_ranks}")
-    for name in set(CASES.values()):
-        write_data(directory / systems[name].data, systems[name].atoms, systems[name].elements)
     MLIAPModel(tiny_uma_wrapper(), ["Ar", "Cu"]).pickle(directory / "uma.pkl")
-    blocks = "".join(
-        model_case(case, "uma.pkl", systems[system], n_ranks).block()
-        for case, system in CASES.items()
-    )
-    (directory / "in.cases").write_text(ATTACH_LINES + blocks)
-    output = run_mpi(n_ranks, DRIVER, str(directory / "in.cases"), timeout=300)
-    return Run(Path(directory), output, n_ranks)
+    cases = {case: systems[system] for case, system in CASES.items()}
+    return attached_model_run(Path(directory), "uma.pkl", cases, n_ranks)
 
 
 @pytest.mark.parametrize("case", list(CASES))
