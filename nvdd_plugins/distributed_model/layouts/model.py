@@ -134,6 +134,33 @@ class SubdomainModel(nn.Module):
             results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted)
         return results.for_owned_rows(view, self.comm)
 
+    # -- evaluations captured as CUDA graphs (`FixedShapeEvaluator`) -----------------------
+    def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
+        """The current view's identity when an evaluation may be captured now, else None:
+        graphs are on (`config.cuda_graphs`) and the next forward is not the checked one
+        (the first after a rebuild runs eagerly). It changes at every rebuild and when the
+        capacity of pairs within the cutoff grows."""
+        runner = self.engine.runner
+        if self.config.cuda_graphs is not True or runner.checking:
+            return None
+        pairs = None if runner.pairs is None else runner.pairs.version
+        return (self.domain.rebuilds, id(self.domain.view), pairs)
+
+    def graphs_required(self) -> bool:
+        """Whether `cuda_graphs=True` was asked for (not "auto")."""
+        return self._graphs_required
+
+    def rows_stale(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """0-d bool on the device: the owned rows' `positions` (in the order of the last
+        rebuild) need a rebuild or are not finite, `cell` changed, or the last evaluation
+        overflowed its pair capacity (no host synchronisation; one rank only)."""
+        positions = positions.detach()
+        stale = self.domain.verlet.stale(positions, cell) | any_non_finite(positions)
+        pairs = self.engine.runner.pairs
+        if pairs is not None and pairs.overflow is not None:
+            stale = stale | pairs.overflow
+        return stale
+
 
 class DistributedModel(SubdomainModel):
     """Wrap a model wrapper so its forward runs on this rank's owned + ghost atoms, each rank
@@ -179,32 +206,12 @@ class DistributedModel(SubdomainModel):
             self.rebuild(owned)
 
     # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
-    def graph_token(self, owned: Batch) -> tuple[int, int, int | None] | None:
-        """The current view's identity when a step may be captured now, else None: graphs
-        are on (`config.cuda_graphs`) and the next forward is not the checked one (the
-        first after a rebuild runs eagerly). It changes at every rebuild and when the
-        capacity of pairs within the cutoff grows."""
-        runner = self.engine.runner
-        if self.config.cuda_graphs is not True or runner.checking:
-            return None
-        pairs = None if runner.pairs is None else runner.pairs.version
-        return (self.domain.rebuilds, id(self.domain.view), pairs)
-
-    def graphs_required(self) -> bool:
-        """Whether `cuda_graphs=True` was asked for (not "auto")."""
-        return self._graphs_required
-
     def stale_for(self, owned: Batch) -> torch.Tensor:
         """0-d bool on the device, no host synchronisation: `owned`'s positions need a
         rebuild (an atom moved more than the threshold, the cell changed) or are not
         finite, or the last evaluation had more pairs within the cutoff than their
         capacity. One rank only: a mesh would all-reduce it."""
-        positions = owned.positions.detach()
-        stale = self.domain.verlet.stale(positions, owned.cell[0]) | any_non_finite(positions)
-        pairs = self.engine.runner.pairs
-        if pairs is not None and pairs.overflow is not None:
-            stale = stale | pairs.overflow
-        return stale
+        return self.rows_stale(owned.positions, owned.cell[0])
 
     def evaluate_fixed(
         self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES

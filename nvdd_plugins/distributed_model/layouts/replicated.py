@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from nvdd_plugins.config import DomainConfig
-from nvdd_plugins.data import Batch
+from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import OutputKind
@@ -27,9 +27,16 @@ class ReplicatedModel(SubdomainModel):
         mesh: communicator; default `config.mesh`.
     """
 
-    def __init__(self, model: BaseModelMixin, config: DomainConfig, mesh: Any = None) -> None:
-        super().__init__(model, config, mesh)
+    def __init__(
+        self,
+        model: BaseModelMixin,
+        config: DomainConfig,
+        mesh: Any = None,
+        captured_steps: bool = False,
+    ) -> None:
+        super().__init__(model, config, mesh, captured_steps)
         self._owned_ids: torch.Tensor | None = None  # of the last rebuild
+        self._owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
@@ -41,15 +48,35 @@ class ReplicatedModel(SubdomainModel):
         ids = self._owned_ids
         tracked = full.positions if ids is None else full.positions[ids]
         tracked_ids = torch.arange(len(tracked), device=tracked.device) if ids is None else ids
-        rebuild = self._rebuild_needed(tracked, full.cell[0], tracked_ids)
-        if rebuild:
+        if self._rebuild_needed(tracked, full.cell[0], tracked_ids):
             ids = self.domain.select_owned(full.positions, full.cell[0])
-            self._owned_ids = ids
-        owned = full.select_nodes(ids)
-        owned.add_node_property("global_ids", ids)
-        if rebuild:
-            self.rebuild(owned)
+            owned = full.select_nodes(ids)
+            self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
+            self.rebuild(self._owned(full))
+        return self.evaluate_fixed(full, properties)
+
+    # -- calls captured as CUDA graphs (`FixedShapeEvaluator`, one rank) -------------------
+    def stale_for(self, full: Batch) -> torch.Tensor:
+        """0-d bool on the device: `full`'s owned atoms need a rebuild or are not finite, or
+        the last evaluation overflowed (see `rows_stale`)."""
+        return self.rows_stale(full.positions[self._owned_ids], full.cell[0])
+
+    def evaluate_fixed(
+        self, full: Batch, properties: Iterable[str] = ("energy", "forces")
+    ) -> dict[str, torch.Tensor]:
+        """`forward` on the current view without the rebuild check (no host
+        synchronisation: what a captured call runs; `stale_for` decides whether it holds)."""
+        owned = self._owned(full)
         local = self.evaluate_view(self.domain.view, owned, properties)
         kinds = self.engine.spec.output_kinds
         per_node = {k: v for k, v in local.items() if kinds.get(k) is OutputKind.PER_NODE}
-        return {**local, **self.comm.gather_by_id(ids, per_node)}
+        return {**local, **self.comm.gather_by_id(owned.global_ids, per_node)}
+
+    def _owned(self, full: Batch) -> Batch:
+        """The owned atoms of `full` (those of the last rebuild) with their global ids;
+        `select_nodes` without its host-side order check, which the rebuild made."""
+        assert self._owned_ids is not None and self._owned_rows is not None
+        ids = self._owned_ids
+        node = {name: value[ids] for name, value in full.fields(FieldLevel.NODE)}
+        node["global_ids"] = ids
+        return Batch(node, {}, dict(full.fields(FieldLevel.SYSTEM)), *self._owned_rows)
