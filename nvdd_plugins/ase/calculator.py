@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ from ase import Atoms
 from ase.calculators.calculator import Calculator, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from nvdd_plugins.ase.graphed_calls import GraphedCalls
 from nvdd_plugins.comm import (
     Communicator,
     LocalCommunicator,
@@ -36,6 +37,8 @@ __all__ = ["DomainDecomposedCalculator"]
 # A new decomposition is needed when these change; positions and cell are tracked by the
 # rebuild logic (skin) instead.
 _RESET_ON = {"numbers", "pbc"}
+# Changes written into the device batch in place; any other change builds a new one.
+_IN_PLACE = {"positions", "cell"}
 
 # At import, not in the constructor: a rank that raises before it builds a calculator (also
 # without `python -m mpi4py`) must abort every rank, not leave them waiting in the first
@@ -53,7 +56,11 @@ def _world_communicator(comm: Any) -> Communicator:
         else:
             comm = MPI.COMM_WORLD
     resolved = resolve_communicator(comm)
-    if isinstance(resolved, MPICommunicator) and resolved.size > 1:
+    if resolved.size == 1:
+        # nothing to exchange: an MPI communicator would copy every result to the host and
+        # back (and such copies cannot be captured in a CUDA graph)
+        return LocalCommunicator()
+    if isinstance(resolved, MPICommunicator):
         # Also without `python -m mpi4py`: one rank's exception must abort every rank.
         end_job_on_exception("mpirun")
     return resolved
@@ -75,6 +82,10 @@ class DomainDecomposedCalculator(Calculator):
             (index shards; for models that build their own graph).
         chunk_atoms: evaluate each rank's atoms in chunks of at most this many rows, or
             "auto" (see `DomainConfig.chunk_atoms`); None: at once.
+        cuda_graphs: replay the force call between neighbour-list rebuilds as one captured
+            CUDA graph (docs/cuda_graphs.md). False (default): eager calls. "auto": on for a
+            CUDA `device`, one rank, halo strategy, no `chunk_atoms`; off otherwise. True:
+            the same, with a clear error where it cannot work.
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -95,6 +106,7 @@ class DomainDecomposedCalculator(Calculator):
         device: str | torch.device = "cpu",
         strategy: StrategyKind = StrategyKind.HALO,
         chunk_atoms: int | str | None = None,
+        cuda_graphs: bool | Literal["auto"] = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -105,7 +117,15 @@ class DomainDecomposedCalculator(Calculator):
         self.device = torch.device(device)
         self.strategy = StrategyKind(strategy)
         self.chunk_atoms = chunk_atoms
+        self.cuda_graphs = cuda_graphs
+        if cuda_graphs is True and self.device.type != "cuda":
+            raise ValueError(
+                f"cuda_graphs=True needs a CUDA device, not {self.device}: pass "
+                'device="cuda", or cuda_graphs="auto" (off on the CPU) or False'
+            )
         self._replicated: ReplicatedModel | None = None
+        self._graphed: GraphedCalls | None = None
+        self._batch: Batch | None = None  # the atoms on the device, updated in place
 
     @property
     def replicated_model(self) -> ReplicatedModel:
@@ -117,9 +137,17 @@ class DomainDecomposedCalculator(Calculator):
                 mesh=self.comm,
                 strategy=self.strategy,
                 chunk_atoms=self.chunk_atoms,
+                cuda_graphs=self.cuda_graphs,
             )
-            self._replicated = ReplicatedModel(self.model, config)
+            self._replicated = ReplicatedModel(self.model, config, captured_steps=True)
+            graphs = self._replicated.config.cuda_graphs is True
+            self._graphed = GraphedCalls(self._replicated) if graphs else None
         return self._replicated
+
+    @property
+    def graphed_calls(self) -> GraphedCalls | None:
+        """The replayed force calls of the current decomposition (None: eager calls)."""
+        return self._graphed
 
     def _check_same_atoms(self, atoms: Atoms) -> None:
         parts = (atoms.numbers, atoms.positions, atoms.cell.array, atoms.pbc)
@@ -144,21 +172,13 @@ class DomainDecomposedCalculator(Calculator):
         atoms = self.atoms
         if len(atoms) == 0:
             raise ValueError("the Atoms object has no atoms")
-        self._check_same_atoms(atoms)
+        if self.comm.size > 1:  # one rank holds one copy: nothing to compare
+            self._check_same_atoms(atoms)
         if _RESET_ON & set(system_changes):
             self._replicated = None
-        # Everything in one collective evaluation, whatever was asked: a later get_stress()
-        # on some ranks only is then served from the cache instead of waiting for the others.
-        # Per-atom stresses of an autograd model cost a per-edge gradient, so they are
-        # computed only when asked for (get_stresses() is collective then).
-        wanted = {"energy", "forces"}
+        batch = self._device_batch(atoms, system_changes)
         has_volume = atoms.cell.rank == 3
-        if has_volume:
-            wanted.add("stress")
-            if "stresses" in properties:
-                wanted.add("stresses")
-        batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
-        result = self.replicated_model(batch, wanted)
+        result = self._evaluate(batch, _wanted(properties, has_volume, self.comm.size))
         energy = float(result["energy"].sum())
         _check_finite(energy, result["forces"])
         self.results = {
@@ -171,6 +191,39 @@ class DomainDecomposedCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
         if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())
+
+    def _device_batch(self, atoms: Atoms, system_changes: list[str]) -> Batch:
+        """The atoms on the device: the last batch with the new positions and cell written
+        in place (a captured call reads them there), or a new batch after other changes."""
+        batch = self._batch
+        if batch is None or batch.num_nodes != len(atoms) or set(system_changes) - _IN_PLACE:
+            self._batch = Batch.from_atoms(atoms, device=self.device, dtype=self.dtype)
+            return self._batch
+        batch.positions.copy_(torch.from_numpy(atoms.positions))
+        batch.cell[0].copy_(torch.from_numpy(atoms.cell.array))
+        return batch
+
+    def _evaluate(self, batch: Batch, wanted: set[str]) -> dict[str, torch.Tensor]:
+        """A replay of the captured call when graphs are on and the view holds, else an
+        eager (collective) evaluation, which rebuilds when needed."""
+        model = self.replicated_model
+        replayed = self._graphed(batch, wanted) if self._graphed is not None else None
+        return replayed if replayed is not None else model(batch, wanted)
+
+
+def _wanted(properties: list[str] | tuple[str, ...], has_volume: bool, ranks: int) -> set[str]:
+    """What one evaluation computes: energy and forces, and the stress (a strain
+    derivative) of a cell with volume only when asked for at one rank. On several ranks
+    everything but per-atom stresses, whatever was asked: a later get_stress() on some ranks
+    only is then served from the cache instead of waiting for the others. Per-atom stresses
+    cost a per-edge gradient, so they are computed only when asked for (get_stresses() is
+    collective then)."""
+    wanted = {"energy", "forces"}
+    if has_volume and (ranks > 1 or "stress" in properties):
+        wanted.add("stress")
+    if has_volume and "stresses" in properties:
+        wanted.add("stresses")
+    return wanted
 
 
 def _evaluation_dtype(model: BaseModelMixin, dtype: torch.dtype | None) -> torch.dtype:
