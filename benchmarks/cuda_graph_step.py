@@ -9,8 +9,10 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
   eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
   replay  the captured graph alone, replayed back to back (kernel time of a step: the floor);
-  ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator` (eager force calls;
-          --ase-backends, default cueq only).
+  ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator`, eager force calls
+          (--ase-backends, default cueq only); `in calc` is the part of its step spent in the
+          calculator's `calculate`, the rest is ASE's integrator and property plumbing;
+  ase+g   the same with `cuda_graphs=True`: force calls between rebuilds replayed.
 MD rows are wall seconds per step over --steps steps after --warmup steps, rebuilds
 included (their count is printed).
 """
@@ -65,8 +67,11 @@ def domain_parallel_step(
     return row
 
 
-def ase_step(wrapper: MACEWrapper, n_atoms: int, args: argparse.Namespace) -> float:
-    """Seconds per step of ASE's VelocityVerlet with nvdd's calculator on the GPU."""
+def ase_step(
+    wrapper: MACEWrapper, n_atoms: int, graphs: bool, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Seconds per step of ASE's VelocityVerlet with nvdd's calculator on the GPU, and of
+    that the seconds spent in the calculator's `calculate`."""
     from ase.md.verlet import VelocityVerlet
     from ase.units import fs
 
@@ -77,9 +82,24 @@ def ase_step(wrapper: MACEWrapper, n_atoms: int, args: argparse.Namespace) -> fl
     atoms = batch.to_atoms()[0]
     atoms.set_masses(batch.atomic_masses.numpy())
     atoms.set_velocities(batch.velocities.numpy())
-    atoms.calc = DomainDecomposedCalculator(wrapper, skin=args.skin, device=device)
+    calc = DomainDecomposedCalculator(wrapper, skin=args.skin, device=device, cuda_graphs=graphs)
+    atoms.calc = calc
+    in_calc = [0.0]
+    calculate = calc.calculate
+
+    def timed(*a: Any, **kw: Any) -> None:
+        start = time.perf_counter()
+        calculate(*a, **kw)
+        in_calc[0] += time.perf_counter() - start
+
+    calc.calculate = timed  # type: ignore[method-assign]
     dynamics = VelocityVerlet(atoms, DT_FS * fs)
-    return per_step(dynamics.run, args.steps, args.warmup, device)
+    dynamics.run(args.warmup)
+    in_calc[0] = 0.0
+    row = {"s": per_step(dynamics.run, args.steps, 0, device), "calc_s": in_calc[0] / args.steps}
+    if calc.graphed_calls is not None:
+        row["captures"], row["replays"] = calc.graphed_calls.captures, calc.graphed_calls.replays
+    return row
 
 
 def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -96,28 +116,48 @@ def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]
     row["eager_s"], row["eager_rebuilds"] = eager["s"], eager["rebuilds"]
     row["graphs_s"], row["graphs_rebuilds"] = graphs["s"], graphs["rebuilds"]
     row["replay_s"], row["captures"] = graphs.get("replay_s"), graphs.get("captures")
-    row["ase_s"] = ase_step(wrapper, n_atoms, args) if backend in args.ase_backends else None
+    row["ase_s"] = row["ase_graphs_s"] = None
+    if backend in args.ase_backends:
+        ase, ase_graphs = (ase_step(wrapper, n_atoms, g, args) for g in (False, True))
+        row["ase_s"], row["ase_calc_s"] = ase["s"], ase["calc_s"]
+        row["ase_graphs_s"], row["ase_graphs_calc_s"] = ase_graphs["s"], ase_graphs["calc_s"]
+        row["ase_captures"], row["ase_replays"] = (
+            ase_graphs.get("captures"),
+            ase_graphs.get("replays"),
+        )
+        row["ase_over_graphs"] = row["ase_s"] / row["graphs_s"]
+        row["ase_graphs_over_graphs"] = row["ase_graphs_s"] / row["graphs_s"]
+        row["ase_graphs_over_eager"] = row["ase_graphs_s"] / row["eager_s"]
     row["eager_over_plain"] = row["eager_s"] / row["plain_s"]
     row["graphs_over_plain"] = row["graphs_s"] / row["plain_s"]
-    if row["ase_s"] is not None:
-        row["ase_over_graphs"] = row["ase_s"] / row["graphs_s"]
     torch.cuda.empty_cache()
     return row
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    """The table of `case` rows, milliseconds; rebuilds and graph captures of the graph run."""
+    """The table of `case` rows, milliseconds; rebuilds and graph captures of the graph run;
+    then the ASE rows against the DomainParallel steps."""
     print(
-        "backend  atoms   plain   eager  graphs  replay     ase  eager/plain  graphs/plain"
-        "  ase/graphs  rebuilds captures"
+        "backend  atoms   plain   eager  graphs  replay     ase   ase+g  eager/plain"
+        "  graphs/plain  rebuilds captures"
     )
-    names = ("plain_s", "eager_s", "graphs_s", "replay_s", "ase_s")
+    names = ("plain_s", "eager_s", "graphs_s", "replay_s", "ase_s", "ase_graphs_s")
     for r in rows:
         ms = " ".join(f"{1e3 * r[k]:7.2f}" if r.get(k) else "      -" for k in names)
-        ase = f"{r['ase_over_graphs']:10.2f}" if "ase_over_graphs" in r else "         -"
         print(
             f"{r['backend']:7} {r['atoms']:6d} {ms} {r['eager_over_plain']:12.2f} "
-            f"{r['graphs_over_plain']:13.2f}  {ase}  {r['graphs_rebuilds']:8d} {r['captures']}"
+            f"{r['graphs_over_plain']:13.2f}  {r['graphs_rebuilds']:8d} {r['captures']}"
+        )
+    print(
+        "backend  atoms  ase in-calc  ase+g in-calc  ase/graphs  ase+g/graphs  ase+g/eager"
+        "  ase+g captures/replays"
+    )
+    for r in (r for r in rows if r.get("ase_s")):
+        print(
+            f"{r['backend']:7} {r['atoms']:6d} {1e3 * r['ase_calc_s']:11.2f} "
+            f"{1e3 * r['ase_graphs_calc_s']:14.2f} {r['ase_over_graphs']:11.2f} "
+            f"{r['ase_graphs_over_graphs']:13.2f} {r['ase_graphs_over_eager']:12.2f}  "
+            f"{r['ase_captures']}/{r['ase_replays']}"
         )
 
 
