@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable, Iterable
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.graphed import CudaStepGraph, FixedShapeEvaluator, StepGraph
+from nvdd_plugins.dynamics import CudaStepGraph, FixedShapeEvaluator, StepGraph
 
 logger = logging.getLogger(__name__)
 

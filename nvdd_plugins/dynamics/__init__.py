@@ -10,6 +10,7 @@ from nvdd_plugins.dynamics.base import (
 )
 from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
+from nvdd_plugins.dynamics.graphed import CudaStepGraph, FixedShapeEvaluator, StepGraph
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT, MTKParameters
@@ -30,10 +31,12 @@ __all__ = [
     "NVE",
     "AttachedHook",
     "BaseDynamics",
+    "CudaStepGraph",
     "DynamicsStage",
     "Evaluator",
     "EvaluatorFactory",
     "FIRESettings",
+    "FixedShapeEvaluator",
     "Hook",
     "HookContext",
     "HookFunction",
@@ -41,6 +44,7 @@ __all__ = [
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",
+    "StepGraph",
     "SumReducer",
     "ThermoLogger",
     "TrajectoryWriter",
