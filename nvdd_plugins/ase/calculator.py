@@ -179,12 +179,13 @@ class DomainDecomposedCalculator(Calculator):
         batch = self._device_batch(atoms, system_changes)
         has_volume = atoms.cell.rank == 3
         result = self._evaluate(batch, _wanted(properties, has_volume, self.comm.size))
-        energy = float(result["energy"].sum())
-        _check_finite(energy, result["forces"])
+        energy = float(result["energy"].cpu().sum())
+        forces = result["forces"].cpu().numpy()
+        _check_finite(energy, forces)  # on the host copy: no kernels, no second sync
         self.results = {
             "energy": energy,
             "free_energy": energy,
-            "forces": result["forces"].cpu().numpy(),
+            "forces": forces,
             "energies": result["energies"].cpu().numpy(),
         }
         if has_volume and "stress" in result:
@@ -239,13 +240,13 @@ def _evaluation_dtype(model: BaseModelMixin, dtype: torch.dtype | None) -> torch
     return dtype or own or torch.float64
 
 
-def _check_finite(energy: float, forces: torch.Tensor) -> None:
+def _check_finite(energy: float, forces: np.ndarray) -> None:
     """Stop at the first NaN/inf (the same decision on every rank: results are replicated)."""
-    bad = torch.nonzero(~torch.isfinite(forces).all(dim=1)).flatten()
-    if math.isfinite(energy) and not bad.numel():
+    bad = np.flatnonzero(~np.isfinite(forces).all(axis=1))
+    if math.isfinite(energy) and not bad.size:
         return
     raise NonFiniteError(
         f"the model returned energy {energy:g} eV and non-finite forces on atoms "
-        f"{bad[:10].tolist()}{' ...' if bad.numel() > 10 else ''}: check the model on these "
+        f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''}: check the model on these "
         "atoms, lower the time step, or look for overlapping atoms"
     )

@@ -13,6 +13,7 @@ from ase.units import fs
 
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.distributed_model import NonFiniteError
 from tests.helpers.step_graphs import EagerStepGraph
 from tests.helpers.systems import MD_DT_FS, MD_SKIN, lj_model, mpnn_model, triclinic_bulk
 
@@ -108,3 +109,22 @@ def test_one_rank_exchanges_nothing() -> None:
     assert MPI.COMM_WORLD.Get_size() == 1
     calc = DomainDecomposedCalculator(lj_model())
     assert isinstance(calc.comm, LocalCommunicator)
+
+
+def test_a_non_finite_replay_raises_as_an_eager_call_does() -> None:
+    atoms = _hot_atoms()
+    calc = _attach(atoms, graphed=True)
+    atoms.positions[0, 0] += 0.01
+    atoms.get_forces()  # captured and replayed
+    atoms.positions[3] = np.nan
+    with pytest.raises(NonFiniteError, match="non-finite"):
+        atoms.get_forces()
+    assert calc.graphed_calls.replays == 2
+
+
+def test_non_finite_forces_name_their_atoms() -> None:
+    atoms = _hot_atoms()
+    atoms.positions[1] = atoms.positions[0]  # LJ at r = 0
+    atoms.calc = DomainDecomposedCalculator(lj_model(), skin=MD_SKIN)
+    with pytest.raises(NonFiniteError, match=r"non-finite forces on atoms \[0, 1\]"):
+        atoms.get_forces()
