@@ -128,3 +128,24 @@ def test_non_finite_forces_name_their_atoms() -> None:
     atoms.calc = DomainDecomposedCalculator(lj_model(), skin=MD_SKIN)
     with pytest.raises(NonFiniteError, match=r"non-finite forces on atoms \[0, 1\]"):
         atoms.get_forces()
+
+
+def test_the_fast_state_check_agrees_with_ase() -> None:
+    """The calculator's exact check gives ASE's changes (unchanged, moved, cell, species,
+    charges added), so no call is answered from a stale cache."""
+    from ase.calculators.calculator import Calculator
+
+    atoms = _hot_atoms()
+    atoms.calc = calc = DomainDecomposedCalculator(lj_model(), skin=MD_SKIN)
+    atoms.get_forces()
+    edits = [
+        lambda a: None,
+        lambda a: a.positions.__setitem__((0, 0), a.positions[0, 0] + 1e-9),
+        lambda a: a.set_cell(a.cell.array * 1.01),
+        lambda a: a.numbers.__setitem__(0, 36),
+        lambda a: a.set_initial_charges(np.ones(len(a))),
+    ]
+    for edit in edits:
+        moved = atoms.copy()
+        edit(moved)
+        assert calc.check_state(moved) == Calculator.check_state(calc, moved)
