@@ -7,12 +7,13 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
   plain   mace-torch's own force call on a prebuilt neighbour list (`mace_cueq.plain_mace_step`:
           what a user runs without nvdd), median of --repeats calls;
   eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
+  auto    the same with `cuda_graphs="auto"` (the default): graphs while they pay;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
   replay  the captured graph alone, replayed back to back (kernel time of a step: the floor);
   ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator` (eager force calls;
           --ase-backends, default cueq only).
 MD rows are wall seconds per step over --steps steps after --warmup steps, rebuilds
-included (their count is printed).
+included (their count is printed). A mode that runs out of GPU memory is reported as such.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def per_step(run: Callable[[int], Any], steps: int, warmup: int, device: torch.d
 
 
 def domain_parallel_step(
-    wrapper: MACEWrapper, n_atoms: int, graphs: bool, args: argparse.Namespace
+    wrapper: MACEWrapper, n_atoms: int, graphs: bool | str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Seconds per `DomainParallel(NVE)` step (and, with graphs, per bare replay)."""
+    """Seconds per `DomainParallel(NVE)` step (and, with graphs=True, per bare replay)."""
     device = torch.device("cuda")
     config = DomainConfig(
         cutoff=wrapper.cutoff, skin=args.skin, mesh=LocalCommunicator(), cuda_graphs=graphs
@@ -57,16 +58,28 @@ def domain_parallel_step(
     batch = dd.partition(fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, TEMPERATURE_K))
     rebuilds = dd.model.rebuilds
     seconds = per_step(lambda n: dd.run(batch, n), args.steps, args.warmup, device)
-    row = {"s": seconds, "rebuilds": dd.model.rebuilds - rebuilds}
-    graph = dd.dynamics.graphed.graph
-    if graphs and graph is not None:
+    graphed = dd.dynamics.graphed
+    row = {"s": seconds, "rebuilds": dd.model.rebuilds - rebuilds, "captures": graphed.captures}
+    if graphed.declined:
+        row["declined"] = graphed.declined
+    if graphs is True and graphed.graph is not None:
+        graph = graphed.graph
         row["replay_s"] = per_step(lambda n: [graph.replay() for _ in range(n)], 20, 2, device)
-        row["captures"] = dd.dynamics.graphed.captures
     return row
 
 
-def ase_step(wrapper: MACEWrapper, n_atoms: int, args: argparse.Namespace) -> float:
-    """Seconds per step of ASE's VelocityVerlet with nvdd's calculator on the GPU."""
+def out_of_memory_as_row(run: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`run(*args)`, or a row saying it ran out of GPU memory."""
+    try:
+        return run(*args)
+    except torch.OutOfMemoryError:
+        return {"error": "out of GPU memory"}
+    finally:
+        torch.cuda.empty_cache()
+
+
+def ase_step(wrapper: MACEWrapper, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Seconds per step ("s") of ASE's VelocityVerlet with nvdd's calculator on the GPU."""
     from ase.md.verlet import VelocityVerlet
     from ase.units import fs
 
@@ -79,7 +92,7 @@ def ase_step(wrapper: MACEWrapper, n_atoms: int, args: argparse.Namespace) -> fl
     atoms.set_velocities(batch.velocities.numpy())
     atoms.calc = DomainDecomposedCalculator(wrapper, skin=args.skin, device=device)
     dynamics = VelocityVerlet(atoms, DT_FS * fs)
-    return per_step(dynamics.run, args.steps, args.warmup, device)
+    return {"s": per_step(dynamics.run, args.steps, args.warmup, device)}
 
 
 def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -91,33 +104,35 @@ def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]
     batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device)
     row: dict[str, Any] = {"backend": backend, "atoms": batch.num_nodes}
     row["plain_s"] = median_seconds(plain_mace_step(model, batch), args.repeats, device)
-    eager = domain_parallel_step(wrapper, n_atoms, False, args)
-    graphs = domain_parallel_step(wrapper, n_atoms, True, args)
-    row["eager_s"], row["eager_rebuilds"] = eager["s"], eager["rebuilds"]
-    row["graphs_s"], row["graphs_rebuilds"] = graphs["s"], graphs["rebuilds"]
-    row["replay_s"], row["captures"] = graphs.get("replay_s"), graphs.get("captures")
-    row["ase_s"] = ase_step(wrapper, n_atoms, args) if backend in args.ase_backends else None
-    row["eager_over_plain"] = row["eager_s"] / row["plain_s"]
-    row["graphs_over_plain"] = row["graphs_s"] / row["plain_s"]
-    if row["ase_s"] is not None:
-        row["ase_over_graphs"] = row["ase_s"] / row["graphs_s"]
+    for mode, graphs in (("eager", False), ("auto", "auto"), ("graphs", True)):
+        ran = out_of_memory_as_row(domain_parallel_step, wrapper, n_atoms, graphs, args)
+        row.update({f"{mode}_{key}": value for key, value in ran.items()})
+        if "s" in ran:
+            row[f"{mode}_over_plain"] = ran["s"] / row["plain_s"]
+    if backend in args.ase_backends:
+        ran = out_of_memory_as_row(ase_step, wrapper, n_atoms, args)
+        row.update({f"ase_{key}": value for key, value in ran.items()})
+        if "s" in ran and "auto_s" in row:
+            row["ase_over_auto"] = ran["s"] / row["auto_s"]
     torch.cuda.empty_cache()
     return row
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    """The table of `case` rows, milliseconds; rebuilds and graph captures of the graph run."""
+    """The table of `case` rows, milliseconds, ratios to plain; rebuilds and captures of the
+    graph runs."""
     print(
-        "backend  atoms   plain   eager  graphs  replay     ase  eager/plain  graphs/plain"
-        "  ase/graphs  rebuilds captures"
+        "backend  atoms   plain   eager    auto  graphs  replay     ase  eager/p  auto/p"
+        "  graphs/p  ase/auto  rebuilds captures(auto,graphs)"
     )
-    names = ("plain_s", "eager_s", "graphs_s", "replay_s", "ase_s")
+    names = ("plain_s", "eager_s", "auto_s", "graphs_s", "graphs_replay_s", "ase_s")
+    ratios = ("eager_over_plain", "auto_over_plain", "graphs_over_plain", "ase_over_auto")
     for r in rows:
         ms = " ".join(f"{1e3 * r[k]:7.2f}" if r.get(k) else "      -" for k in names)
-        ase = f"{r['ase_over_graphs']:10.2f}" if "ase_over_graphs" in r else "         -"
+        ratio = " ".join(f"{r[k]:8.2f}" if k in r else "       -" for k in ratios)
         print(
-            f"{r['backend']:7} {r['atoms']:6d} {ms} {r['eager_over_plain']:12.2f} "
-            f"{r['graphs_over_plain']:13.2f}  {ase}  {r['graphs_rebuilds']:8d} {r['captures']}"
+            f"{r['backend']:7} {r['atoms']:6d} {ms} {ratio}  {r.get('graphs_rebuilds', '-')!s:>8} "
+            f"{r.get('auto_captures', '-')},{r.get('graphs_captures', '-')}"
         )
 
 
@@ -127,7 +142,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["cueq", "e3nn"])
     parser.add_argument("--skin", type=float, default=0.5)
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--ase-backends", nargs="*", default=["cueq"], help="ASE rows for these")
     parser.add_argument("--json")

@@ -97,7 +97,7 @@ def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:
     runs = []
     for graphs in (False, True):
         dynamics = NVE(model, DT_FS, skin=MD_SKIN)
-        dynamics.evaluator.cuda_graphs = "auto"  # off by default
+        dynamics.evaluator.cuda_graphs = "auto"  # the default, set against a changed class default
         batch = _system(name)
         if graphs:
             dynamics.run(batch, N_STEPS)

@@ -4,6 +4,7 @@ count, hook windows) runs on the CPU."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -34,3 +35,7 @@ class EagerStepGraph:
         """`value` now."""
         now = int(value)
         return lambda: now
+
+    def clock(self) -> float:
+        """`time.perf_counter()` (nothing is queued on the CPU)."""
+        return time.perf_counter()
