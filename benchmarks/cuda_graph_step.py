@@ -9,7 +9,8 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
   eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
   auto    the same with `cuda_graphs="auto"` (the default): graphs while they pay;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
-  replay  the captured graph alone, replayed back to back (kernel time of a step: the floor);
+  replay  wall time per kept replay of the graph run (`GraphPayoff.replayed_step`: one
+          launch per step, so about the kernel time of a step, the floor);
   ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator` (eager force calls;
           --ase-backends, default cueq only).
 MD rows are wall seconds per step over --steps steps after --warmup steps, rebuilds
@@ -49,7 +50,7 @@ def per_step(run: Callable[[int], Any], steps: int, warmup: int, device: torch.d
 def domain_parallel_step(
     wrapper: MACEWrapper, n_atoms: int, graphs: bool | str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Seconds per `DomainParallel(NVE)` step (and, with graphs=True, per bare replay)."""
+    """Seconds per `DomainParallel(NVE)` step (and, with graphs, per replayed step)."""
     device = torch.device("cuda")
     config = DomainConfig(
         cutoff=wrapper.cutoff, skin=args.skin, mesh=LocalCommunicator(), cuda_graphs=graphs
@@ -62,9 +63,8 @@ def domain_parallel_step(
     row = {"s": seconds, "rebuilds": dd.model.rebuilds - rebuilds, "captures": graphed.captures}
     if graphed.declined:
         row["declined"] = graphed.declined
-    if graphs is True and graphed.graph is not None:
-        graph = graphed.graph
-        row["replay_s"] = per_step(lambda n: [graph.replay() for _ in range(n)], 20, 2, device)
+    if graphed.payoff.replayed_step is not None:
+        row["replay_s"] = graphed.payoff.replayed_step
     return row
 
 

@@ -24,12 +24,16 @@ class GraphPayoff:
         saved: seconds the kept replays saved against eager steps at the same shapes.
         eager_step: seconds of the last warm-up step, the eager step a replay stands for.
         captures: graphs captured so far.
+        kept: steps their replays kept.
+        replaying: seconds spent replaying.
     """
 
     spent: float = 0.0
     saved: float = 0.0
     eager_step: float = 0.0
     captures: int = 0
+    kept: int = 0
+    replaying: float = 0.0
 
     def captured(self, eager_step: float, seconds: float) -> None:
         """A capture took `seconds`, of which its warm-up step took `eager_step`."""
@@ -40,6 +44,13 @@ class GraphPayoff:
     def replayed(self, kept: int, seconds: float) -> None:
         """Replays that kept `kept` steps took `seconds`."""
         self.saved += kept * self.eager_step - seconds
+        self.kept += kept
+        self.replaying += seconds
+
+    @property
+    def replayed_step(self) -> float | None:
+        """Mean wall seconds per kept replayed step (None before any)."""
+        return self.replaying / self.kept if self.kept else None
 
     def pays(self) -> bool:
         """Whether the replays so far saved at least what their captures cost."""

@@ -12,6 +12,7 @@ from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model.layouts import model as model_layout
 from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
 from tests.helpers.step_graphs import EagerStepGraph
@@ -285,3 +286,14 @@ def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
     assert dynamics.graphed.captures >= 2 and dynamics.step_count == N_STEPS
     for name in ("positions", "velocities", "forces", "energy"):
         assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
+
+
+def test_graph_payoff_weighs_captures_against_replays() -> None:
+    payoff = GraphPayoff()
+    assert payoff.pays() and payoff.replayed_step is None  # nothing captured yet
+    payoff.captured(eager_step=0.010, seconds=0.030)
+    payoff.replayed(kept=2, seconds=0.004)  # saved 2 x (10 - 2) ms = 16 ms < 30 ms
+    assert not payoff.pays()
+    payoff.replayed(kept=3, seconds=0.006)  # 40 ms saved in all
+    assert payoff.pays() and payoff.replayed_step == pytest.approx(0.002)
+    assert "1 captures cost 0.030 s" in str(payoff)
