@@ -15,7 +15,7 @@ from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
 from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
-from tests.helpers.step_graphs import EagerStepGraph
+from tests.helpers.step_graphs import EagerStepGraph, stepped_then_run
 from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, mpnn_model
 
 N_STEPS = 40
@@ -270,17 +270,13 @@ def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
     """An integrator run on its own ("auto", here resolved as for a model on a GPU)."""
     monkeypatch.setattr(model_layout, "_on_cuda", lambda model: True)
     monkeypatch.setattr(OneProcessEvaluator, "cuda_graphs", "auto")
-    runs = []
-    for graphed in (False, True):
+
+    def make() -> tuple[Batch, NVE]:
         dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)
         dynamics.graphed.graph_factory = _TimedStepGraph  # replays that pay
-        batch = _system(dynamics.model)
-        if graphed:
-            dynamics.run(batch, N_STEPS)
-        else:
-            for _ in range(N_STEPS):
-                dynamics.step(batch)
-        runs.append((batch, dynamics))
+        return _system(dynamics.model), dynamics
+
+    runs = stepped_then_run(make, N_STEPS)
     (eager, _), (replayed, dynamics) = runs
     assert dynamics.evaluator.engine.config.cuda_graphs is True
     assert dynamics.graphed.captures >= 2 and dynamics.step_count == N_STEPS
