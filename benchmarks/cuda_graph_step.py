@@ -7,19 +7,23 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
   plain   mace-torch's own force call on a prebuilt neighbour list (`mace_cueq.plain_mace_step`:
           what a user runs without nvdd), median of --repeats calls;
   eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
+  auto    the same with `cuda_graphs="auto"` (the default): graphs while they pay;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
-  replay  the captured graph alone, replayed back to back (kernel time of a step: the floor);
+  replay  wall time per kept replay of the graph run (`GraphPayoff.replayed_step`: one
+          launch per step, so about the kernel time of a step, the floor);
   ase     ASE's VelocityVerlet with nvdd's `DomainDecomposedCalculator`, eager force calls
-          (--ase-backends, default cueq only); `in calc` is the part of its step spent in the
-          calculator's `calculate`, the rest is ASE's integrator and property plumbing;
-  ase+g   the same with `cuda_graphs=True`: force calls between rebuilds replayed.
+          (`cuda_graphs=False`; --ase-backends, default cueq only);
+  ase+a   the same with `cuda_graphs="auto"`: force calls between rebuilds replayed while
+          the graphs pay. The json's `ase*_calc_s` is the part of an ASE step spent in the
+          calculator's `calculate` (the rest is ASE's integrator and property checks).
 MD rows are wall seconds per step over --steps steps after --warmup steps, rebuilds
-included (their count is printed).
+included (their count is printed). A mode that runs out of GPU memory is reported as such.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,9 +52,9 @@ def per_step(run: Callable[[int], Any], steps: int, warmup: int, device: torch.d
 
 
 def domain_parallel_step(
-    wrapper: MACEWrapper, n_atoms: int, graphs: bool, args: argparse.Namespace
+    wrapper: MACEWrapper, n_atoms: int, graphs: bool | str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Seconds per `DomainParallel(NVE)` step (and, with graphs, per bare replay)."""
+    """Seconds per `DomainParallel(NVE)` step (and, with graphs, per replayed step)."""
     device = torch.device("cuda")
     config = DomainConfig(
         cutoff=wrapper.cutoff, skin=args.skin, mesh=LocalCommunicator(), cuda_graphs=graphs
@@ -59,19 +63,32 @@ def domain_parallel_step(
     batch = dd.partition(fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, TEMPERATURE_K))
     rebuilds = dd.model.rebuilds
     seconds = per_step(lambda n: dd.run(batch, n), args.steps, args.warmup, device)
-    row = {"s": seconds, "rebuilds": dd.model.rebuilds - rebuilds}
-    graph = dd.dynamics.graphed.graph
-    if graphs and graph is not None:
-        row["replay_s"] = per_step(lambda n: [graph.replay() for _ in range(n)], 20, 2, device)
-        row["captures"] = dd.dynamics.graphed.captures
+    graphed = dd.dynamics.graphed
+    row = {"s": seconds, "rebuilds": dd.model.rebuilds - rebuilds, "captures": graphed.captures}
+    if graphed.declined:
+        row["declined"] = graphed.declined
+    if graphed.payoff.replayed_step is not None:
+        row["replay_s"] = graphed.payoff.replayed_step
     return row
 
 
+def out_of_memory_as_row(run: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """`run(*args)`, or a row saying it ran out of GPU memory; afterwards the run's memory
+    (graph pools held by reference cycles too) goes back before the next mode."""
+    try:
+        return run(*args)
+    except torch.OutOfMemoryError:
+        return {"error": "out of GPU memory"}
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def ase_step(
-    wrapper: MACEWrapper, n_atoms: int, graphs: bool, args: argparse.Namespace
+    wrapper: MACEWrapper, n_atoms: int, graphs: bool | str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Seconds per step of ASE's VelocityVerlet with nvdd's calculator on the GPU, and of
-    that the seconds spent in the calculator's `calculate`."""
+    """Seconds per step ("s") of ASE's VelocityVerlet with nvdd's calculator on the GPU, and
+    of that the seconds in the calculator's `calculate` ("calc_s")."""
     from ase.md.verlet import VelocityVerlet
     from ase.units import fs
 
@@ -97,8 +114,11 @@ def ase_step(
     dynamics.run(args.warmup)
     in_calc[0] = 0.0
     row = {"s": per_step(dynamics.run, args.steps, 0, device), "calc_s": in_calc[0] / args.steps}
-    if calc.graphed_calls is not None:
-        row["captures"], row["replays"] = calc.graphed_calls.captures, calc.graphed_calls.replays
+    calls = calc.graphed_calls
+    if calls is not None:
+        row.update(captures=calls.captures, replays=calls.replays)
+        if calls.declined:
+            row["declined"] = calls.declined
     return row
 
 
@@ -111,53 +131,43 @@ def case(backend: str, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]
     batch = fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device)
     row: dict[str, Any] = {"backend": backend, "atoms": batch.num_nodes}
     row["plain_s"] = median_seconds(plain_mace_step(model, batch), args.repeats, device)
-    eager = domain_parallel_step(wrapper, n_atoms, False, args)
-    graphs = domain_parallel_step(wrapper, n_atoms, True, args)
-    row["eager_s"], row["eager_rebuilds"] = eager["s"], eager["rebuilds"]
-    row["graphs_s"], row["graphs_rebuilds"] = graphs["s"], graphs["rebuilds"]
-    row["replay_s"], row["captures"] = graphs.get("replay_s"), graphs.get("captures")
-    row["ase_s"] = row["ase_graphs_s"] = None
-    if backend in args.ase_backends:
-        ase, ase_graphs = (ase_step(wrapper, n_atoms, g, args) for g in (False, True))
-        row["ase_s"], row["ase_calc_s"] = ase["s"], ase["calc_s"]
-        row["ase_graphs_s"], row["ase_graphs_calc_s"] = ase_graphs["s"], ase_graphs["calc_s"]
-        row["ase_captures"], row["ase_replays"] = (
-            ase_graphs.get("captures"),
-            ase_graphs.get("replays"),
-        )
-        row["ase_over_graphs"] = row["ase_s"] / row["graphs_s"]
-        row["ase_graphs_over_graphs"] = row["ase_graphs_s"] / row["graphs_s"]
-        row["ase_graphs_over_eager"] = row["ase_graphs_s"] / row["eager_s"]
-    row["eager_over_plain"] = row["eager_s"] / row["plain_s"]
-    row["graphs_over_plain"] = row["graphs_s"] / row["plain_s"]
+    for mode, graphs in (("eager", False), ("auto", "auto"), ("graphs", True)):
+        ran = out_of_memory_as_row(domain_parallel_step, wrapper, n_atoms, graphs, args)
+        row.update({f"{mode}_{key}": value for key, value in ran.items()})
+        if "s" in ran:
+            row[f"{mode}_over_plain"] = ran["s"] / row["plain_s"]
+    for mode, graphs in (("ase", False), ("ase_auto", "auto")):
+        if backend not in args.ase_backends:
+            break
+        ran = out_of_memory_as_row(ase_step, wrapper, n_atoms, graphs, args)
+        row.update({f"{mode}_{key}": value for key, value in ran.items()})
+        if "s" in ran and "auto_s" in row:
+            row[f"{mode}_over_auto"] = ran["s"] / row["auto_s"]
     torch.cuda.empty_cache()
     return row
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    """The table of `case` rows, milliseconds; rebuilds and graph captures of the graph run;
-    then the ASE rows against the DomainParallel steps."""
+    """The table of `case` rows, milliseconds, ratios to plain; rebuilds and captures of the
+    graph runs."""
     print(
-        "backend  atoms   plain   eager  graphs  replay     ase   ase+g  eager/plain"
-        "  graphs/plain  rebuilds captures"
+        "backend  atoms   plain   eager    auto  graphs  replay     ase   ase+a  eager/p  auto/p"
+        "  graphs/p  ase/auto  ase+a/auto  rebuilds captures(auto,graphs)"
     )
-    names = ("plain_s", "eager_s", "graphs_s", "replay_s", "ase_s", "ase_graphs_s")
+    names = ("plain_s", "eager_s", "auto_s", "graphs_s", "graphs_replay_s", "ase_s", "ase_auto_s")
+    ratios = (
+        "eager_over_plain",
+        "auto_over_plain",
+        "graphs_over_plain",
+        "ase_over_auto",
+        "ase_auto_over_auto",
+    )
     for r in rows:
         ms = " ".join(f"{1e3 * r[k]:7.2f}" if r.get(k) else "      -" for k in names)
+        ratio = " ".join(f"{r[k]:8.2f}" if k in r else "       -" for k in ratios)
         print(
-            f"{r['backend']:7} {r['atoms']:6d} {ms} {r['eager_over_plain']:12.2f} "
-            f"{r['graphs_over_plain']:13.2f}  {r['graphs_rebuilds']:8d} {r['captures']}"
-        )
-    print(
-        "backend  atoms  ase in-calc  ase+g in-calc  ase/graphs  ase+g/graphs  ase+g/eager"
-        "  ase+g captures/replays"
-    )
-    for r in (r for r in rows if r.get("ase_s")):
-        print(
-            f"{r['backend']:7} {r['atoms']:6d} {1e3 * r['ase_calc_s']:11.2f} "
-            f"{1e3 * r['ase_graphs_calc_s']:14.2f} {r['ase_over_graphs']:11.2f} "
-            f"{r['ase_graphs_over_graphs']:13.2f} {r['ase_graphs_over_eager']:12.2f}  "
-            f"{r['ase_captures']}/{r['ase_replays']}"
+            f"{r['backend']:7} {r['atoms']:6d} {ms} {ratio}  {r.get('graphs_rebuilds', '-')!s:>8} "
+            f"{r.get('auto_captures', '-')},{r.get('graphs_captures', '-')}"
         )
 
 
@@ -167,7 +177,7 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["cueq", "e3nn"])
     parser.add_argument("--skin", type=float, default=0.5)
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--ase-backends", nargs="*", default=["cueq"], help="ASE rows for these")
     parser.add_argument("--json")

@@ -67,12 +67,13 @@ class DomainConfig:
             (halo_layers x cutoff + skin, exact with a per-layer refresh), so a wider one
             changes nothing and a thinner one is refused.
         cuda_graphs: replay the MD step between neighbour-list rebuilds as one captured CUDA
-            graph (docs/cuda_graphs.md). False (default): eager steps. "auto": on for an
-            integrator that can be captured (`BaseDynamics.capturable`: `NVE`) with a model
-            on a CUDA device, at one rank, halo strategy, no `chunk_atoms`; off otherwise.
-            True: the same, with a clear error where it cannot work. Off by default until
-            its fixed-shape forward is measured to pay at every size (docs/cuda_graphs.md).
-            Graphs need fixed shapes, so views are then padded as with `compile`
+            graph (docs/cuda_graphs.md). "auto" (default): on for an integrator that can be
+            captured (`BaseDynamics.capturable`: `NVE`) with a model on a CUDA device, at one
+            rank, halo strategy, no `chunk_atoms`, for as long as the graphs save more time
+            than their captures cost (measured as the run goes: off for large systems, whose
+            steps are bound by their kernels); off otherwise, and always on the CPU. True:
+            graphs wherever they can work, with a clear error where they cannot. False: eager
+            steps. Graphs need fixed shapes, so views are then padded as with `compile`
             (`fixed_shapes`).
     """
 
@@ -94,7 +95,7 @@ class DomainConfig:
     grid_dims: InitVar[tuple[int, int, int] | None] = None
     mesh_dim: InitVar[str | None] = None
     ghost_width: InitVar[float | None] = None
-    cuda_graphs: bool | Literal["auto"] = False
+    cuda_graphs: bool | Literal["auto"] = "auto"
 
     def __post_init__(
         self,

@@ -3,8 +3,8 @@
     python examples/single_gpu/cuda_graphs_md.py --device cuda --cells 6     # MACE, 864 atoms
     python examples/single_gpu/cuda_graphs_md.py                             # CPU: graphs off
 
-The same run twice, `DomainConfig(cuda_graphs=False)` and `cuda_graphs="auto"` (off by default;
-"auto" turns them on for an NVE run of a model on a CUDA device at one rank): the graph run
+The same run twice, `DomainConfig(cuda_graphs=False)` and `cuda_graphs="auto"` (the default:
+on for an NVE run of a model on a CUDA device at one rank, while it pays): the graph run
 captures the step once per neighbour list and replays it until an atom has moved half the
 skin, then takes that step eagerly (rebuild). Prints the time per step of each run and how
 far apart their trajectories are (rounding: GPU scatters sum in a varying order). On a CPU

@@ -7,7 +7,8 @@ replayed. The replay also computes, on the device, whether the positions need a 
 are not finite) and whether energy and forces are finite; the caller reads that flag (it
 synchronises anyway to hand the results to ASE) and, when it is up, redoes the call eagerly,
 which rebuilds as an eager call would. Results are the eager ones: the same kernels on the
-same values.
+same values. With `cuda_graphs="auto"` a view is captured only while the graphs so far saved
+what they cost (`GraphPayoff`, as for MD steps).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics import CudaStepGraph, FixedShapeEvaluator, StepGraph
+from nvdd_plugins.dynamics import CudaStepGraph, FixedShapeEvaluator, GraphPayoff, StepGraph
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class GraphedCalls:
         self.captures = 0  # graphs captured so far
         self.replays = 0  # calls answered by a replay (kept or not)
         self.failure: str | None = None  # why capture failed (then calls stay eager)
+        self.declined: str | None = None  # why "auto" stopped capturing (graphs did not pay)
+        self.payoff = GraphPayoff()
         self._key: tuple[Hashable, frozenset[str]] | None = None
         self._inputs: tuple[torch.Tensor, ...] = ()  # the position and cell tensors captured
         self._outputs: dict[str, torch.Tensor] = {}  # the graph's results, as captured
@@ -55,7 +58,7 @@ class GraphedCalls:
         the replay's positions need a rebuild or its results are not finite (the caller then
         evaluates eagerly). `batch` must keep its position and cell tensors between calls,
         written in place; new tensors are captured again."""
-        if self.failure:
+        if self.failure or self.declined:
             return None
         token = self.evaluator.graph_token(batch)
         if token is None:
@@ -64,15 +67,20 @@ class GraphedCalls:
         inputs = (batch.positions, batch.cell)
         same_inputs = len(self._inputs) == 2 and all(map(operator.is_, self._inputs, inputs))
         if self.graph is None or (token, wanted) != self._key or not same_inputs:
+            if not self._still_pays():
+                return None
             try:
                 self._capture(batch, wanted)
             except RuntimeError as err:
                 self._give_up(err)
                 return None
         assert self.graph is not None
+        start = self.graph.clock()
         self.graph.replay()
         self.replays += 1
-        if bool(self._dropped):
+        kept = not bool(self._dropped)
+        self.payoff.replayed(int(kept), self.graph.clock() - start)
+        if not kept:
             return None
         return dict(self._outputs)  # overwritten by the next replay: copy what you keep
 
@@ -80,12 +88,15 @@ class GraphedCalls:
         """Warm up on the current positions, then capture the evaluation and its flag."""
         self.graph = None  # the old graph's memory goes before the new one is captured
         graph = self.graph_factory(batch.positions.device)
+        start = graph.clock()
         graph.warm_up(lambda: self._evaluate(batch, wanted))
+        eager_call = graph.clock() - start
 
         def body() -> None:
             self._outputs, self._dropped = self._evaluate(batch, wanted)
 
         graph.capture(body)
+        self.payoff.captured(eager_call, graph.clock() - start)
         # the warm-up may have resized the view's buffers (`graph_token` says so)
         token = self.evaluator.graph_token(batch)
         self.graph, self._key = graph, (token, wanted)
@@ -100,6 +111,16 @@ class GraphedCalls:
         stale = self.evaluator.stale_for(batch)  # after the evaluation, which may flag too
         broken = ~torch.isfinite(results["energy"].sum() + results["forces"].sum())
         return results, stale | broken
+
+    def _still_pays(self) -> bool:
+        """Whether to capture again: always with `cuda_graphs=True`; with "auto" while the
+        graphs so far saved what they cost, else calls stay eager from now on."""
+        if self.evaluator.graphs_required() or self.payoff.pays():
+            return True
+        self.graph, self._inputs = None, ()
+        self.declined = f'cuda_graphs="auto": {self.payoff}'
+        logger.info("%s; force calls run eagerly from now on", self.declined)
+        return False
 
     def _give_up(self, err: RuntimeError) -> None:
         """A call that cannot be captured: an error with `cuda_graphs=True`, else a warning

@@ -10,7 +10,8 @@ from nvdd_plugins.dynamics.base import (
 )
 from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
-from nvdd_plugins.dynamics.graphed import CudaStepGraph, FixedShapeEvaluator, StepGraph
+from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
+from nvdd_plugins.dynamics.graphed import FixedShapeEvaluator
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT, MTKParameters
@@ -23,6 +24,7 @@ from nvdd_plugins.dynamics.stages import (
     HookContext,
     HookFunction,
 )
+from nvdd_plugins.dynamics.step_graph import CudaStepGraph, StepGraph
 
 __all__ = [
     "FIRE",
@@ -37,6 +39,7 @@ __all__ = [
     "EvaluatorFactory",
     "FIRESettings",
     "FixedShapeEvaluator",
+    "GraphPayoff",
     "Hook",
     "HookContext",
     "HookFunction",

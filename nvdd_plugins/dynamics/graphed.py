@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.stages import AttachedHook, DynamicsStage
+from nvdd_plugins.dynamics.step_graph import CudaStepGraph, StepGraph
 
 if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
     from nvdd_plugins.dynamics.base import BaseDynamics
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CudaStepGraph", "FixedShapeEvaluator", "GraphedSteps", "StepGraph", "hook_free_steps"]
+__all__ = ["FixedShapeEvaluator", "GraphedSteps", "hook_free_steps"]
 
 _STEP_STAGES = (
     DynamicsStage.BEFORE_STEP,
@@ -56,67 +58,6 @@ class FixedShapeEvaluator(Protocol):
     def graphs_required(self) -> bool:
         """Whether graphs were asked for explicitly (`cuda_graphs=True`): a step that
         cannot be captured is then an error, not a fall-back to eager steps."""
-
-
-class StepGraph(Protocol):
-    """A recorded step: `warm_up(fn)`, `capture(body)` once, then `replay()` runs it again."""
-
-    def warm_up(self, fn: Callable[[], None]) -> None:
-        """Run `fn` once before capturing."""
-
-    def capture(self, body: Callable[[], None]) -> None:
-        """Record `body`."""
-
-    def replay(self) -> None:
-        """Run the recorded step."""
-
-    def read_later(self, value: torch.Tensor) -> Callable[[], int]:
-        """A function that returns `value` (a device int) as it is now in stream order."""
-
-
-class CudaStepGraph:
-    """`StepGraph` on a `torch.cuda.CUDAGraph` for a step on `device`: warm-up and capture
-    on a side stream."""
-
-    def __init__(self, device: torch.device) -> None:
-        if device.type != "cuda":
-            raise ValueError(
-                f"cuda_graphs=True needs the model and atoms on a CUDA device, not {device}: "
-                'pass cuda_graphs="auto" (off on the CPU) or False'
-            )
-        self.graph = torch.cuda.CUDAGraph()
-
-    def warm_up(self, fn: Callable[[], None]) -> None:
-        """Run `fn` on a side stream (lazy initialisations, kernel libraries tuning
-        themselves per shape happen outside the capture)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-
-    def capture(self, body: Callable[[], None]) -> None:
-        """Capture `body` (on a side stream, as `torch.cuda.graph` does)."""
-        with torch.cuda.graph(self.graph):
-            body()
-
-    def replay(self) -> None:
-        """Launch the graph."""
-        self.graph.replay()
-
-    def read_later(self, value: torch.Tensor) -> Callable[[], int]:
-        """Copy `value` to pinned host memory behind the queued work; the function waits
-        for that copy only."""
-        host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
-        host.copy_(value, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-
-        def result() -> int:
-            done.synchronize()
-            return int(host)
-
-        return result
 
 
 def hook_free_steps(hooks: Sequence[AttachedHook], start: int, limit: int) -> int:
@@ -150,6 +91,8 @@ class GraphedSteps:
         self.graph: StepGraph | None = None
         self.captures = 0  # graphs captured so far (one per rebuilt view that was replayed)
         self.failure: str | None = None  # why capture failed (then steps stay eager)
+        self.declined: str | None = None  # why "auto" stopped capturing (graphs did not pay)
+        self.payoff = GraphPayoff()
         self._token: Hashable | None = None
         self._shared: dict[str, torch.Tensor] = {}  # fields the step reads, as captured
         self._state: dict[str, torch.Tensor] = {}  # static copies of the fields it replaces
@@ -161,12 +104,16 @@ class GraphedSteps:
         many were kept (0 when the evaluator cannot be captured now, or the first step needs
         a rebuild: the caller then takes an eager step)."""
         evaluator = self.dynamics.evaluator
-        if limit < 1 or self.failure or not isinstance(evaluator, FixedShapeEvaluator):
+        if limit < 1 or self.failure or self.declined:
+            return 0
+        if not isinstance(evaluator, FixedShapeEvaluator):
             return 0
         token = evaluator.graph_token(batch)
         if token is None or not self.dynamics.has_current_forces(batch):
             return 0
         if self.graph is None or token != self._token or not self._same_inputs(batch):
+            if not self._still_pays(evaluator):
+                return 0
             try:
                 self._capture(batch, evaluator)
             except RuntimeError as err:
@@ -186,13 +133,27 @@ class GraphedSteps:
     def _replay(self, limit: int) -> int:
         """Replay up to `limit` times, reading the kept count one replay behind."""
         assert self.graph is not None
+        start = self.graph.clock()
         pending = None
         for replays in range(1, limit + 1):
             self.graph.replay()
             if pending is not None and pending() < replays - 1:
                 break  # the flag went up: the replay just queued keeps nothing
             pending = self.graph.read_later(self._kept)
-        return self.graph.read_later(self._kept)()
+        kept = self.graph.read_later(self._kept)()
+        self.payoff.replayed(kept, self.graph.clock() - start)
+        return kept
+
+    def _still_pays(self, evaluator: FixedShapeEvaluator) -> bool:
+        """Whether to capture again: always when graphs were asked for (True); with "auto"
+        while the graphs so far saved what they cost (`GraphPayoff`), else steps stay eager
+        from now on."""
+        if evaluator.graphs_required() or self.payoff.pays():
+            return True
+        self.graph, self._shared, self._state = None, {}, {}
+        self.declined = f'cuda_graphs="auto": {self.payoff}'
+        logger.info("%s; steps run eagerly from now on", self.declined)
+        return False
 
     def _same_inputs(self, batch: Batch) -> bool:
         """Whether `batch` holds the tensors the graph reads (else it is captured again)."""
@@ -219,7 +180,9 @@ class GraphedSteps:
         self.graph = None  # the old graph's memory goes before the new one is captured
         device = batch.positions.device
         graph = self.graph_factory(device)
+        start = graph.clock()
         graph.warm_up(warmup)
+        eager_step = graph.clock() - start
         if not set(replaced) <= fields.keys():
             raise RuntimeError(
                 f"{type(self.dynamics).__name__}'s step adds fields "
@@ -230,6 +193,7 @@ class GraphedSteps:
         self._flag = torch.zeros((), dtype=torch.bool, device=device)
         self._kept = torch.zeros((), dtype=torch.int64, device=device)
         graph.capture(lambda: self._kept_step(batch, evaluator))
+        self.payoff.captured(eager_step, graph.clock() - start)
         # the warm-up may have resized the view's buffers (`graph_token` says so)
         self.graph, self._token = graph, evaluator.graph_token(batch)
         self.captures += 1

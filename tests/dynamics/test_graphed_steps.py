@@ -12,9 +12,10 @@ from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model.layouts import model as model_layout
 from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
 from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
-from tests.helpers.step_graphs import EagerStepGraph
+from tests.helpers.step_graphs import EagerStepGraph, stepped_then_run
 from tests.helpers.systems import MD_DT_FS, MD_SKIN, hot_bulk, lj_model, mpnn_model
 
 N_STEPS = 40
@@ -98,13 +99,13 @@ def test_fixed_shapes_match_the_pruned_eager_run() -> None:
     dd = DomainParallel(NVE(model, MD_DT_FS), config)
     batch = dd.partition(_system(model))
     dd.run(batch, N_STEPS)
-    assert dd.config.cuda_graphs is False and dd.model.config.cuda_graphs is False
+    assert dd.config.cuda_graphs == "auto" and dd.model.config.cuda_graphs is False  # CPU
     assert torch.allclose(replayed.positions, batch.positions, rtol=0, atol=1e-10)
 
 
-def test_graphs_are_off_unless_asked_for() -> None:
-    assert DomainConfig(cutoff=5.0).cuda_graphs is False
-    assert OneProcessEvaluator.cuda_graphs is False
+def test_graphs_default_to_auto() -> None:
+    assert DomainConfig(cutoff=5.0).cuda_graphs == "auto"
+    assert OneProcessEvaluator.cuda_graphs == "auto"
 
 
 def test_auto_is_off_on_the_cpu_and_for_langevin() -> None:
@@ -177,6 +178,71 @@ def test_a_step_that_cannot_be_captured() -> None:
     assert torch.equal(batch.positions, eager.positions)
 
 
+class _TimedStepGraph(EagerStepGraph):
+    """Virtual time: a warm-up step costs `warm_up_s`, a replay `replay_s`, nothing else."""
+
+    warm_up_s = 0.010
+    replay_s = 0.001
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.now = 0.0
+
+    def warm_up(self, fn) -> None:
+        super().warm_up(fn)
+        self.now += self.warm_up_s
+
+    def replay(self) -> None:
+        super().replay()
+        self.now += self.replay_s
+
+    def clock(self) -> float:
+        return self.now
+
+
+class _SlowReplayGraph(_TimedStepGraph):
+    """Replays that take as long as an eager step: kernel-bound, nothing to save."""
+
+    replay_s = 0.010
+
+
+@pytest.mark.parametrize(
+    ("graph", "declines"), [(_TimedStepGraph, False), (_SlowReplayGraph, True)]
+)
+def test_auto_captures_while_graphs_pay(graph: type[_TimedStepGraph], declines: bool) -> None:
+    """ "auto" stops capturing once the replays so far saved less than their captures cost;
+    the trajectory stays the eager one either way."""
+    model = lj_model()
+    eager, _, eager_hook = _run(model, graphed=False)
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    recorder = _Recorder()
+    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=[recorder])
+    dd.dynamics.graphed.graph_factory = graph
+    dd.model._graphs_required = False  # as "auto" resolves on a GPU
+    batch = dd.partition(_system(model))
+    dd.run(batch, N_STEPS)
+    graphed = dd.dynamics.graphed
+    assert dd.model.rebuilds >= 3  # at least two captures were judged
+    assert bool(graphed.declined) is declines
+    assert graphed.captures == 1 if declines else graphed.captures >= 2
+    assert torch.equal(batch.positions, eager.positions)
+    assert [step for step, _ in recorder.seen] == [step for step, _ in eager_hook.seen]
+
+
+def test_graphs_asked_for_never_decline() -> None:
+    model = lj_model()
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    dd = DomainParallel(NVE(model, MD_DT_FS), config)
+    dd.dynamics.graphed.graph_factory = _SlowReplayGraph
+    batch = dd.partition(_system(model))
+    dd.run(batch, N_STEPS)
+    assert not dd.dynamics.graphed.declined and dd.dynamics.graphed.captures >= 2
+
+
 def test_hook_free_steps_agree_with_when_hooks_fire() -> None:
     """The arithmetic window equals stepping through `AttachedHook.due` one step at a time."""
     hooks = [
@@ -204,19 +270,26 @@ def test_one_process_replays_equal_its_eager_steps(monkeypatch) -> None:
     """An integrator run on its own ("auto", here resolved as for a model on a GPU)."""
     monkeypatch.setattr(model_layout, "_on_cuda", lambda model: True)
     monkeypatch.setattr(OneProcessEvaluator, "cuda_graphs", "auto")
-    runs = []
-    for graphed in (False, True):
+
+    def make() -> tuple[Batch, NVE]:
         dynamics = NVE(lj_model(), MD_DT_FS, skin=MD_SKIN)
-        dynamics.graphed.graph_factory = EagerStepGraph
-        batch = _system(dynamics.model)
-        if graphed:
-            dynamics.run(batch, N_STEPS)
-        else:
-            for _ in range(N_STEPS):
-                dynamics.step(batch)
-        runs.append((batch, dynamics))
+        dynamics.graphed.graph_factory = _TimedStepGraph  # replays that pay
+        return _system(dynamics.model), dynamics
+
+    runs = stepped_then_run(make, N_STEPS)
     (eager, _), (replayed, dynamics) = runs
     assert dynamics.evaluator.engine.config.cuda_graphs is True
     assert dynamics.graphed.captures >= 2 and dynamics.step_count == N_STEPS
     for name in ("positions", "velocities", "forces", "energy"):
         assert torch.equal(getattr(replayed, name), getattr(eager, name)), name
+
+
+def test_graph_payoff_weighs_captures_against_replays() -> None:
+    payoff = GraphPayoff()
+    assert payoff.pays() and payoff.replayed_step is None  # nothing captured yet
+    payoff.captured(eager_step=0.010, seconds=0.030)
+    payoff.replayed(kept=2, seconds=0.004)  # saved 2 x (10 - 2) ms = 16 ms < 30 ms
+    assert not payoff.pays()
+    payoff.replayed(kept=3, seconds=0.006)  # 40 ms saved in all
+    assert payoff.pays() and payoff.replayed_step == pytest.approx(0.002)
+    assert "1 captures cost 0.030 s" in str(payoff)

@@ -18,6 +18,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.dynamics import NVE
 from nvdd_plugins.models import BaseModelMixin
+from tests.helpers.step_graphs import stepped_then_run
 from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model, mpnn_model
 
 pytestmark = [
@@ -56,19 +57,18 @@ def _system(name: str) -> Batch:
     return batch.to("cuda")
 
 
-def _domain_parallel(name: str, graphs: bool) -> tuple[Batch, DomainParallel]:
+def _domain_parallel(name: str) -> list[tuple[Batch, DomainParallel]]:
+    """Eager steps, then a replayed run, of `DomainParallel(NVE)` with cuda_graphs=True."""
     model = MODELS[name]()
     config = DomainConfig(
         cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
     )
-    dd = DomainParallel(NVE(model, DT_FS), config)
-    batch = dd.partition(_system(name))
-    if graphs:
-        dd.run(batch, N_STEPS)
-    else:  # step() never replays: eager steps at the same fixed shapes
-        for _ in range(N_STEPS):
-            dd.step(batch)
-    return batch, dd
+
+    def make() -> tuple[Batch, DomainParallel]:
+        dd = DomainParallel(NVE(model, DT_FS), config)
+        return dd.partition(_system(name)), dd
+
+    return stepped_then_run(make, N_STEPS)
 
 
 def _deviation(a: Batch, b: Batch) -> float:
@@ -81,8 +81,7 @@ def _deviation(a: Batch, b: Batch) -> float:
 def test_domain_parallel_replays_equal_eager_steps(name: str) -> None:
     if not _has(*NEEDS.get(name, ())):
         pytest.skip(f"needs {NEEDS[name]}")
-    eager, eager_dd = _domain_parallel(name, graphs=False)
-    replayed, dd = _domain_parallel(name, graphs=True)
+    (eager, eager_dd), (replayed, dd) = _domain_parallel(name)
     rebuilds = dd.model.rebuilds
     assert rebuilds >= 2 and rebuilds == eager_dd.model.rebuilds
     assert dd.dynamics.graphed.captures >= 2  # a graph per view, across a rebuild
@@ -93,19 +92,8 @@ def test_domain_parallel_replays_equal_eager_steps(name: str) -> None:
 
 
 def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:
-    """Eager steps, then a run (replayed where it can be), of NVE in one process."""
-    runs = []
-    for graphs in (False, True):
-        dynamics = NVE(model, DT_FS, skin=MD_SKIN)
-        dynamics.evaluator.cuda_graphs = "auto"  # off by default
-        batch = _system(name)
-        if graphs:
-            dynamics.run(batch, N_STEPS)
-        else:
-            for _ in range(N_STEPS):
-                dynamics.step(batch)
-        runs.append((batch, dynamics))
-    return runs
+    """Eager steps, then a run (replayed where it can be), of NVE in one process ("auto")."""
+    return stepped_then_run(lambda: (_system(name), NVE(model, DT_FS, skin=MD_SKIN)), N_STEPS)
 
 
 def test_one_process_integrator_replays_equal_eager_steps() -> None:

@@ -4,9 +4,13 @@ count, hook windows) runs on the CPU."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
+
+from nvdd_plugins import Batch
 
 
 class EagerStepGraph:
@@ -34,3 +38,23 @@ class EagerStepGraph:
         """`value` now."""
         now = int(value)
         return lambda: now
+
+    def clock(self) -> float:
+        """`time.perf_counter()` (nothing is queued on the CPU)."""
+        return time.perf_counter()
+
+
+def stepped_then_run(make: Callable[[], tuple[Batch, Any]], steps: int) -> list[tuple[Batch, Any]]:
+    """Two trajectories of `steps` steps, each from a new `make()` = (batch, driver), where a
+    driver is a `DomainParallel` or an integrator: eager `step()`s (never replayed), then one
+    `run()` (replayed where it can be); their [(batch, driver), (batch, driver)]."""
+    runs = []
+    for replayed in (False, True):
+        batch, driver = make()
+        if replayed:
+            driver.run(batch, steps)
+        else:
+            for _ in range(steps):
+                driver.step(batch)
+        runs.append((batch, driver))
+    return runs

@@ -41,10 +41,10 @@ class OneProcessEvaluator:
             `cuda_graphs` allows it).
     """
 
-    #: the engine's `DomainConfig.cuda_graphs`: False (default, eager steps) or "auto"
-    #: (NVE steps replayed as CUDA graphs for a model on a GPU); set it on the class or an
-    #: instance before the first step.
-    cuda_graphs: bool | Literal["auto"] = False
+    #: the engine's `DomainConfig.cuda_graphs`: "auto" (default: NVE steps replayed as CUDA
+    #: graphs for a model on a GPU while they pay) or False (eager steps); set it on the
+    #: class or an instance before the first step.
+    cuda_graphs: bool | Literal["auto"] = "auto"
 
     # a neighbour list on the batch is used (and then `ModelEvaluator` evaluates it)
     uses_batch_neighbors = True
