@@ -25,6 +25,8 @@ class ReplicatedModel(SubdomainModel):
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
         config: the `DomainConfig` (cutoff must cover the model's).
         mesh: communicator; default `config.mesh`.
+        captured_steps: its caller may capture the evaluation as a CUDA graph (the ASE
+            calculator's force call; `config.cuda_graphs` is resolved against it).
     """
 
     def __init__(
