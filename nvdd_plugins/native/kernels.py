@@ -143,9 +143,11 @@ def lennard_jones_native(
     sigma: float,
     cutoff: float,
     offset: float,
+    virials: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Per-atom LJ energies, forces and virials as `kernels.lennard_jones` defines them
-    (`offset`: the pair energy subtracted inside the cutoff); None where the native code does
+    (`offset`: the pair energy subtracted inside the cutoff; without `virials` they are not
+    computed and come back as an empty (0, 3, 3) tensor); None where the native code does
     not apply. Raises IndexError for an edge index outside the atoms."""
     function = _function("nvdd_lennard_jones", positions, shifts)
     if function is None or shifts.dtype != positions.dtype:
@@ -155,14 +157,13 @@ def lennard_jones_native(
     n, n_edges = positions.shape[0], edge_index.shape[1]
     energies = positions.new_zeros(n)
     forces = positions.new_zeros(n, 3)
-    virials = positions.new_zeros(n, 3, 3)
+    per_atom_virials = positions.new_zeros(n if virials else 0, 3, 3)
     tensors = (positions, edge_index[0], edge_index[1], shifts)
     parameters = (epsilon, sigma, cutoff, offset)
-    outputs = (energies, forces, virials)
-    bad = function(
-        n, n_edges, *(t.data_ptr() for t in tensors), *parameters, *(t.data_ptr() for t in outputs)
-    )
+    outputs = (energies, forces, per_atom_virials if virials else None)
+    addresses = (_address(t) for t in outputs)
+    bad = function(n, n_edges, *(t.data_ptr() for t in tensors), *parameters, *addresses)
     if bad >= 0:
         pair = edge_index[:, bad].tolist()
         raise IndexError(f"edge {bad} = {pair} indexes outside the {n} atoms")
-    return energies, forces, virials
+    return energies, forces, per_atom_virials

@@ -203,7 +203,8 @@ NEIGHBOR_PAIRS(f32, float)
 
 /* Lennard-Jones per-atom energies (n), forces (n, 3) and virials (n, 3, 3), zeroed by the
  * caller, from a full list of `n_edges` edges (i = edge_i[e], j = edge_j[e], r_ij = x[j] -
- * x[i] + shifts[e]); each edge adds to atom i only. The arithmetic is kernels/lennard_jones.py's
+ * x[i] + shifts[e]); each edge adds to atom i only. `virials` may be NULL: then they are not
+ * computed (the energies and forces are the same). The arithmetic is kernels/lennard_jones.py's
  * term by term; a run of edges with the same i is summed in registers, in edge order, and
  * added to the atom's sums at its end. Returns -1, or the first edge with an index outside
  * [0, n) (then stops). */
@@ -212,7 +213,8 @@ NEIGHBOR_PAIRS(f32, float)
                                   REAL *virials) {                                            \
         energies[i] += acc[0];                                                                \
         for (int a = 0; a < 3; ++a) forces[3 * i + a] += acc[1 + a];                          \
-        for (int a = 0; a < 9; ++a) virials[9 * i + a] += acc[4 + a];                         \
+        if (virials)                                                                          \
+            for (int a = 0; a < 9; ++a) virials[9 * i + a] += acc[4 + a];                     \
     }                                                                                         \
     int64_t nvdd_lennard_jones_##SUFFIX(int64_t n, int64_t n_edges, const REAL *x,            \
                                         const int64_t *edge_i, const int64_t *edge_j,         \
@@ -222,6 +224,7 @@ NEIGHBOR_PAIRS(f32, float)
         const REAL cutoff2 = cutoff * cutoff, sigma2 = sigma * sigma;                         \
         const REAL four_eps = (REAL)4.0 * epsilon, minus_24_eps = (REAL)-24.0 * epsilon;      \
         REAL acc[13] = {0};                                                                   \
+        const int with_virials = virials != NULL;                                             \
         int64_t current = -1;                                                                 \
         for (int64_t e = 0; e < n_edges; ++e) {                                               \
             const int64_t i = edge_i[e], j = edge_j[e];                                       \
@@ -242,10 +245,10 @@ NEIGHBOR_PAIRS(f32, float)
             const REAL c6 = s * s * s, c12 = c6 * c6;                                         \
             acc[0] += (four_eps * (c12 - c6) - offset) * (REAL)0.5;                           \
             const REAL dphi_over_r = minus_24_eps * ((REAL)2.0 * c12 - c6) / r2;              \
+            for (int a = 0; a < 3; ++a) acc[1 + a] += dphi_over_r * r[a];                     \
+            if (!with_virials) continue;                                                      \
             for (int a = 0; a < 3; ++a) {                                                     \
-                const REAL f = dphi_over_r * r[a];                                            \
-                acc[1 + a] += f;                                                              \
-                const REAL half = (REAL)0.5 * f;                                              \
+                const REAL half = (REAL)0.5 * (dphi_over_r * r[a]);                           \
                 for (int b = 0; b < 3; ++b) acc[4 + 3 * a + b] += half * r[b];                \
             }                                                                                 \
         }                                                                                     \

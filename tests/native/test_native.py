@@ -102,6 +102,22 @@ def test_lennard_jones_is_the_torch_one(monkeypatch, shift):
     assert float((fewer[1] - on[1]).abs().max()) > 1e-6
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_lennard_jones_virials_only_when_asked(monkeypatch, native):
+    """Without virials the kernel (native or torch) skips them and gives the same energies
+    and forces bit for bit; with them they are there (their values: the test above and
+    tests/models/test_lennard_jones.py's stress against ASE)."""
+    monkeypatch.setenv("NVDD_NATIVE", native)
+    positions, cell = crystal(5, 3.6, torch.float64)
+    listed = build_neighbor_list(positions, cell, (True,) * 3, 8.5)
+    args = (positions, listed.edge_index, listed.shifts, EPSILON, SIGMA, 8.5, False)
+    energies, forces, virials = lennard_jones(*args, True)
+    skipped = lennard_jones(*args, False)
+    assert torch.equal(skipped[0], energies) and torch.equal(skipped[1], forces)
+    assert skipped[2].shape == (0, 3, 3)
+    assert virials.shape == (positions.shape[0], 3, 3) and float(virials.abs().min()) > 0
+
+
 def test_lennard_jones_rejects_out_of_range_edges(monkeypatch):
     monkeypatch.setenv("NVDD_NATIVE", "1")  # the native kernel itself, whatever the caller's
     positions, _ = crystal(2, 3.6, torch.float64)
