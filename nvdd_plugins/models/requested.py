@@ -6,31 +6,35 @@ autograd), such as `LennardJonesModel`'s stress from its per-atom virials, check
 `asked_for(name)` and leaves it out when nobody asked for it. Outside any evaluation (a
 model called directly) everything counts as asked for.
 
-A module-level value rather than a context variable: `torch.compile` traces a read of it
-(guarding on its value) where it would break the graph at `ContextVar.get`.
+Per thread (simulated ranks are threads of one process), in a `threading.local`: unlike a
+`ContextVar`, whose `get` breaks a `torch.compile` graph, its read is traced and guarded on.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["asked_for", "asking_for"]
 
-_asked: frozenset[str] | None = None
+_state = threading.local()
 
 
 @contextmanager
 def asking_for(properties: Iterable[str]) -> Iterator[None]:
-    """Within: the evaluation asks for `properties` only (nests; restored on exit)."""
-    global _asked
-    previous, _asked = _asked, frozenset(properties)
+    """Within (on this thread): the evaluation asks for `properties` only (nests; restored
+    on exit)."""
+    previous = getattr(_state, "asked", None)
+    _state.asked = frozenset(properties)
     try:
         yield
     finally:
-        _asked = previous
+        _state.asked = previous
 
 
 def asked_for(*names: str) -> bool:
-    """Whether the evaluation under way asks for any of `names` (True outside one)."""
-    return _asked is None or not _asked.isdisjoint(names)
+    """Whether the evaluation under way on this thread asks for any of `names` (True
+    outside one)."""
+    asked = getattr(_state, "asked", None)
+    return asked is None or not asked.isdisjoint(names)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -65,3 +67,13 @@ def test_asking_for_nests_and_restores() -> None:
             assert asked_for("stress", "stresses")
         assert not asked_for("stresses")
     assert asked_for("stress")
+
+
+def test_asking_for_is_per_thread() -> None:
+    """Simulated ranks are threads: one's request never leaks into another's."""
+    seen = []
+    with asking_for(("energy",)):
+        worker = threading.Thread(target=lambda: seen.append(asked_for("stress")))
+        worker.start()
+        worker.join()
+    assert seen == [True]
