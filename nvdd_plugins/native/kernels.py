@@ -12,7 +12,13 @@ import torch
 
 from .build import native_enabled, native_library
 
-__all__ = ["PairSearch", "bin_grid_native", "lennard_jones_native", "neighbor_pairs_native"]
+__all__ = [
+    "PairSearch",
+    "bin_grid_native",
+    "lennard_jones_native",
+    "neighbor_pairs_native",
+    "periodic_images_native",
+]
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
 _HUGE_PAGE = 2 << 20
@@ -43,6 +49,41 @@ def _function(name: str, *tensors: torch.Tensor) -> ctypes._CFuncPtr | None:
 
 def _address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
+
+
+def periodic_images_native(
+    frac: torch.Tensor,
+    wrapped: torch.Tensor,
+    image: torch.Tensor,
+    cell: torch.Tensor,
+    periodic: tuple[bool, bool, bool],
+    half_range: list[int],
+    reach: list[float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`geometry.cell_grid.with_periodic_images`'s points of the wrapped atoms (`frac`,
+    `wrapped`, `image`) in `cell`: (atom, unit, pos, central) for every lattice shift within
+    `half_range` whose fractional coordinate on each periodic axis k lies strictly between
+    -`reach[k]` and 1 + `reach[k]`; None where the native code does not apply."""
+    function = _function("nvdd_periodic_images", frac, wrapped, cell)
+    if function is None:
+        return None
+    dtype = frac.dtype
+    frac, wrapped = frac.contiguous(), wrapped.contiguous()
+    image, cell = image.to(torch.int64).contiguous(), cell.to(dtype).contiguous()
+    half = torch.tensor(half_range, dtype=torch.int64)
+    axes = torch.tensor(periodic, dtype=torch.int64)
+    # the bounds rounded to the dtype, as torch compares a tensor with a Python number
+    lo = torch.tensor([-r for r in reach], dtype=dtype)
+    hi = torch.tensor([1.0 + r for r in reach], dtype=dtype)
+    n = frac.shape[0]
+    inputs = [t.data_ptr() for t in (frac, wrapped, image, cell, half, axes, lo, hi)]
+    m = function(n, *inputs, None, None, None, None)
+    atom = torch.empty(m, dtype=torch.int64)
+    unit = torch.empty(m, 3, dtype=torch.int64)
+    pos = torch.empty(m, 3, dtype=dtype)
+    central = torch.empty(n, dtype=torch.int64)
+    function(n, *inputs, *(t.data_ptr() for t in (atom, unit, pos, central)))
+    return atom, unit, pos, central
 
 
 def bin_grid_native(

@@ -30,6 +30,53 @@ void nvdd_advise_huge(void *start, int64_t bytes) {
 #endif
 }
 
+/* The periodic images of geometry/cell_grid.py's with_periodic_images: for each of `n` atoms
+ * (wrapped fractional coordinates `frac`, wrapped positions `wrapped`, lattice `image` removed
+ * by wrapping) and each lattice shift (x, y, z major to minor, within `half[k]` of 0 per axis)
+ * whose fractional coordinate on every periodic axis k lies within (lo[k], hi[k]) (the shift 0
+ * always), one point: its atom, `unit` = shift - image[atom], and `pos` = wrapped[atom] +
+ * shift @ cell (products and sums in torch's order); `central` (n) each atom's unshifted
+ * point. With `atom` NULL only counts the points. Returns the number of points. */
+#define PERIODIC_IMAGES(SUFFIX, REAL)                                                         \
+    int64_t nvdd_periodic_images_##SUFFIX(                                                    \
+        int64_t n, const REAL *frac, const REAL *wrapped, const int64_t *image,              \
+        const REAL *cell, const int64_t *half, const int64_t *periodic, const REAL *lo,      \
+        const REAL *hi, int64_t *atom, int64_t *unit, REAL *pos, int64_t *central) {         \
+        int64_t m = 0;                                                                        \
+        for (int64_t a = 0; a < n; ++a) {                                                     \
+            for (int64_t sx = -half[0]; sx <= half[0]; ++sx) {                                \
+                const REAL fx = frac[3 * a] + (REAL)sx;                                       \
+                if (sx && periodic[0] && !(fx > lo[0] && fx < hi[0])) continue;               \
+                for (int64_t sy = -half[1]; sy <= half[1]; ++sy) {                            \
+                    const REAL fy = frac[3 * a + 1] + (REAL)sy;                               \
+                    if (sy && periodic[1] && !(fy > lo[1] && fy < hi[1])) continue;           \
+                    for (int64_t sz = -half[2]; sz <= half[2]; ++sz, ++m) {                   \
+                        const REAL fz = frac[3 * a + 2] + (REAL)sz;                           \
+                        if (sz && periodic[2] && !(fz > lo[2] && fz < hi[2])) {               \
+                            --m;                                                              \
+                            continue;                                                         \
+                        }                                                                     \
+                        if (!atom) continue;                                                  \
+                        const int64_t shift[3] = {sx, sy, sz};                                \
+                        if (!(sx | sy | sz)) central[a] = m;                                  \
+                        atom[m] = a;                                                          \
+                        for (int b = 0; b < 3; ++b) {                                         \
+                            unit[3 * m + b] = shift[b] - image[3 * a + b];                    \
+                            REAL t = (REAL)sx * cell[b];                                      \
+                            t = t + (REAL)sy * cell[3 + b];                                   \
+                            t = t + (REAL)sz * cell[6 + b];                                   \
+                            pos[3 * m + b] = wrapped[3 * a + b] + t;                          \
+                        }                                                                     \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        return m;                                                                             \
+    }
+
+PERIODIC_IMAGES(f64, double)
+PERIODIC_IMAGES(f32, float)
+
 /* The bin grid of geometry/cell_grid.py's build_bin_grid for `m` points on a given grid
  * (lowest corner `lo`, bins per Å `scale`, Å per bin `width`, `shape` bins per axis; at most
  * 4 m + 1024 bins): `order` (m) the points sorted stably by bin (x, y, z major to minor),

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from nvdd_plugins.geometry import build_neighbor_list
+from nvdd_plugins.geometry.cell import complete_cell, perpendicular_widths
+from nvdd_plugins.geometry.cell_grid import with_periodic_images
 from nvdd_plugins.kernels import lennard_jones
 from nvdd_plugins.native import (
     build,
@@ -73,6 +75,25 @@ def test_neighbor_list_is_the_torch_one(monkeypatch, name, cutoff, dtype):
         if touching is not None:
             i, j = on.edge_index
             assert bool(((i < touching) | (j < touching)).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+@pytest.mark.parametrize("reach", [3.1, 11.0, 40.0])  # 40 Å: images two boxes away
+def test_periodic_images_are_the_torch_ones(monkeypatch, name, reach, dtype):
+    """The atoms' periodic images near the cell: the same points in the same order, bit for
+    bit (atom, lattice units, positions, each atom's own point)."""
+    pbc, shear, offset = GEOMETRIES[name]
+    positions, cell = crystal(6, 3.0, dtype, seed=1)
+    if shear is not None:
+        cell = torch.tensor(shear, dtype=dtype) @ cell
+        positions = positions @ torch.tensor(shear, dtype=dtype)
+    full = complete_cell(cell, pbc)
+    widths = perpendicular_widths(full.double()).tolist()
+    on, off = both(monkeypatch, with_periodic_images, positions + offset, full, pbc, widths, reach)
+    assert on.atom.shape[0] > positions.shape[0] or not any(pbc)
+    for field in ("atom", "unit", "pos", "image", "central"):
+        assert torch.equal(getattr(on, field), getattr(off, field)), field
 
 
 def test_neighbor_list_negative_control(monkeypatch):
