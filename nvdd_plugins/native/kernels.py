@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .blocks import BlockPool
 from .build import native_enabled, native_library
 
 __all__ = [
@@ -21,21 +22,8 @@ __all__ = [
 ]
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
-_HUGE_PAGE = 2 << 20
-
-
-def _fresh(rows: int, columns: int, dtype: torch.dtype) -> torch.Tensor:
-    """An empty (rows, columns) tensor for a kernel to fill; a large one starts on a 2 MiB
-    boundary and asks for huge pages, so its first touch (the kernel's writes) takes one page
-    fault per 2 MiB instead of one per 4 KiB (several ms per step on a VM)."""
-    nbytes = rows * columns * dtype.itemsize
-    if nbytes < 2 * _HUGE_PAGE:
-        return torch.empty(rows, columns, dtype=dtype)
-    raw = torch.empty(nbytes + _HUGE_PAGE, dtype=torch.uint8)
-    skip = -raw.data_ptr() % _HUGE_PAGE
-    buffer = raw[skip : skip + nbytes].view(dtype).view(rows, columns)
-    native_library().nvdd_advise_huge(buffer.data_ptr(), nbytes)
-    return buffer
+# the neighbour search's outputs: edge pairs, lattice units, Cartesian shifts
+_PAIRS, _UNITS, _SHIFTS = BlockPool(), BlockPool(), BlockPool()
 
 
 def _function(name: str, *tensors: torch.Tensor) -> ctypes._CFuncPtr | None:
@@ -167,9 +155,9 @@ def neighbor_pairs_native(
     # Room for every candidate: only the rows written are ever paged in; the results are views
     # of their first rows.
     room = int(count.sum())
-    pairs = _fresh(2 * room, 1, torch.int64).view(-1)
-    units = _fresh(room, 3, torch.int64)
-    vectors = _fresh(room, 3, positions.dtype)
+    pairs = _PAIRS.take(2 * room, 1, torch.int64).view(-1)
+    units = _UNITS.take(room, 3, torch.int64)
+    vectors = _SHIFTS.take(room, 3, positions.dtype)
     n_edges = function(*inputs, *(t.data_ptr() for t in (pairs, units, vectors)))
     edge_index = pairs[: 2 * n_edges].view(2, n_edges)
     unit_shifts, shifts = units[:n_edges], vectors[:n_edges]
