@@ -185,6 +185,8 @@ BIN_GRID(f32, float)
  * two rows of candidates and ends as the (2, n) edge index (j moved behind i). Returns n.
  */
 #define SCREEN 64
+#define EPSILON_f64 2.220446049250313e-16
+#define EPSILON_f32 1.1920929e-07f
 #define NEIGHBOR_PAIRS(SUFFIX, REAL)                                                          \
     int64_t nvdd_neighbor_pairs_##SUFFIX(                                                     \
         int64_t q0, int64_t q1, int64_t columns, int64_t touching, const int32_t *start, const int32_t *count,  \
@@ -193,6 +195,9 @@ BIN_GRID(f32, float)
         const REAL *positions, const REAL *cell, REAL reach, REAL cutoff, int64_t *out_i,     \
         int64_t *out_unit, REAL *out_shift) {                                                 \
         const REAL reach2 = reach * reach;                                                    \
+        const REAL near = cutoff * ((REAL)1.0 - (REAL)16.0 * EPSILON_##SUFFIX);               \
+        const REAL far = cutoff * ((REAL)1.0 + (REAL)16.0 * EPSILON_##SUFFIX);                \
+        const REAL inner2 = near * near, outer2 = far * far;                                  \
         int64_t room = 0, n = 0;                                                              \
         for (int64_t k = q0 * columns; k < q1 * columns; ++k) room += count[k];               \
         int64_t *out_j = out_i + room;                                                        \
@@ -229,7 +234,9 @@ BIN_GRID(f32, float)
                         }                                                                     \
                         const REAL *xj = positions + 3 * j;                                   \
                         for (int a = 0; a < 3; ++a) v[a] = (xj[a] - xi[a]) + s[a];            \
-                        if (!(sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) < cutoff)) continue; \
+                        const REAL d2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];              \
+                        /* sqrt only near the cutoff: elsewhere its comparison is certain */  \
+                        if (!(d2 < inner2 || (d2 < outer2 && sqrt(d2) < cutoff))) continue;  \
                         out_i[n] = q;                                                         \
                         out_j[n] = j;                                                         \
                         for (int a = 0; a < 3; ++a) {                                         \
