@@ -10,7 +10,7 @@ from functools import cached_property
 
 import torch
 
-from nvdd_plugins.native import bin_grid_native
+from nvdd_plugins.native import bin_grid_native, periodic_images_native
 
 from .cell import rows_times_3x3, wrap_in_complete_cell
 
@@ -50,6 +50,11 @@ def with_periodic_images(
     half_range = [
         math.floor(reach_distance / widths[k]) + 1 if periodic[k] else 0 for k in range(3)
     ]
+    reaches = [reach_distance / widths[k] if periodic[k] else 0.0 for k in range(3)]
+    native = periodic_images_native(frac, wrapped, image, full_cell, periodic, half_range, reaches)
+    if native is not None:  # the same points, in one loop of C
+        atom, unit, pos, central = native
+        return PeriodicPoints(atom, unit, pos, image, central)
     keep_axes = []
     for k in range(3):
         m = half_range[k]

@@ -13,8 +13,9 @@ chord of the atom's cutoff sphere (one contiguous range of the sorted points per
 enumerate the candidates with counts + ``repeat_interleave``, keep those within the cutoff
 (screened on the extended positions with a small rounding margin, then decided exactly on
 ``positions[j] - positions[i] + shifts``). Everything is vectorised torch; candidates are
-processed in memory-bounded chunks. On the CPU the candidate scan, most of the build, runs as
-one loop of native C (`nvdd_plugins.native`) when that library loads: same edges, same order.
+processed in memory-bounded chunks. On the CPU the periodic images, the bin grid and the
+candidate scan, most of the build, run as loops of native C (`nvdd_plugins.native`) when that
+library loads: same edges, same order.
 """
 
 from __future__ import annotations

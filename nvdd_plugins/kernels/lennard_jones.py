@@ -23,7 +23,7 @@ __all__ = ["lennard_jones"]
 
 _SCHEMA = (
     "(Tensor positions, Tensor edge_index, Tensor shifts, float epsilon, float sigma, "
-    "float cutoff, bool shift_energy) -> (Tensor, Tensor, Tensor)"
+    "float cutoff, bool shift_energy, bool virials=True) -> (Tensor, Tensor, Tensor)"
 )
 torch.library.define("nvdd::lennard_jones", _SCHEMA)
 
@@ -65,6 +65,7 @@ def _lennard_jones(
     sigma: float,
     cutoff: float,
     shift_energy: bool,
+    virials: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-atom LJ energies (eV), forces (eV/Å) and virials (eV) from a full neighbour list.
 
@@ -72,29 +73,36 @@ def _lennard_jones(
     appear in both directions. Pairs at r >= cutoff contribute nothing. Energies take half of
     each pair term; `virials[i] = 1/2 sum_j phi'(r) r_ij (x) r_ij / r`, so
     `stress = virials.sum(0) / volume`. Forces on atom i use only edges centred on i, so they
-    are complete for any atom whose neighbours are all present.
+    are complete for any atom whose neighbours are all present. Without `virials` they are
+    not computed (an empty (0, 3, 3) tensor instead; energies and forces are the same).
     """
     offset = (
         4.0 * epsilon * ((sigma / cutoff) ** 12 - (sigma / cutoff) ** 6) if shift_energy else 0.0
     )
-    native = lennard_jones_native(positions, edge_index, shifts, epsilon, sigma, cutoff, offset)
+    native = lennard_jones_native(
+        positions, edge_index, shifts, epsilon, sigma, cutoff, offset, virials
+    )
     if native is not None:
         return native
     rij, inside, r2, c6 = _pair_terms(positions, edge_index, shifts, sigma, cutoff)
     c12 = c6 * c6
-    # One (13, E) block: half pair energy, pair force, half force (x) r_ij, summed at once.
-    block = rij.new_empty(13, r2.shape[0])
+    # One (13, E) block: half pair energy, pair force, half force (x) r_ij, summed at once
+    # (without virials the first 4 rows).
+    block = rij.new_empty(13 if virials else 4, r2.shape[0])
     energy = torch.where(inside, 4.0 * epsilon * (c12 - c6) - offset, 0.0)
     torch.mul(energy, 0.5, out=block[0])
     dphi_over_r = torch.where(inside, -24.0 * epsilon * (2.0 * c12 - c6) / r2, 0.0)
     for a in range(3):
         torch.mul(dphi_over_r, rij[a], out=block[1 + a])
+        if not virials:
+            continue
         half_force = 0.5 * block[1 + a]
         for b in range(3):
             torch.mul(half_force, rij[b], out=block[4 + 3 * a + b])
     n = positions.shape[0]
     sums = _sum_by_first_atom(block, edge_index[0], n)
-    return sums[0].clone(), sums[1:4].t().contiguous(), sums[4:].t().reshape(n, 3, 3).contiguous()
+    per_atom_virials = sums[4:].t().reshape(-1, 3, 3).contiguous()
+    return sums[0].clone(), sums[1:4].t().contiguous(), per_atom_virials
 
 
 torch.library.impl("nvdd::lennard_jones", "CompositeExplicitAutograd", _lennard_jones)
@@ -102,17 +110,19 @@ torch.library.impl("nvdd::lennard_jones", "CompositeExplicitAutograd", _lennard_
 
 lennard_jones = torch.ops.nvdd.lennard_jones
 """The op (an `OpOverloadPacket`): `lennard_jones(positions, edge_index, shifts, epsilon,
-sigma, cutoff, shift_energy) -> (energies, forces, virials)`."""
+sigma, cutoff, shift_energy, virials=True) -> (energies, forces, virials)`; virials (0, 3, 3)
+when `virials` is False."""
 
 
 @torch.library.register_fake("nvdd::lennard_jones")
-def _(positions, edge_index, shifts, epsilon, sigma, cutoff, shift_energy):
+def _(positions, edge_index, shifts, epsilon, sigma, cutoff, shift_energy, virials=True):
     n = positions.shape[0]
-    return positions.new_empty(n), positions.new_empty(n, 3), positions.new_empty(n, 3, 3)
+    per_atom_virials = positions.new_empty(n if virials else 0, 3, 3)
+    return positions.new_empty(n), positions.new_empty(n, 3), per_atom_virials
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    positions, edge_index, shifts, epsilon, sigma, cutoff, _ = inputs
+    positions, edge_index, shifts, epsilon, sigma, cutoff = inputs[:6]
     ctx.save_for_backward(positions, edge_index, shifts)
     ctx.parameters = (epsilon, sigma, cutoff)
 
@@ -129,7 +139,7 @@ def _backward(ctx, grad_energies, grad_forces, grad_virials):
     grad_positions = (
         torch.zeros_like(positions).index_add_(0, j, grad_rij).index_add_(0, i, -grad_rij)
     )
-    return grad_positions, None, grad_rij, None, None, None, None
+    return grad_positions, None, grad_rij, None, None, None, None, None
 
 
 torch.library.register_autograd("nvdd::lennard_jones", _backward, setup_context=_setup_context)

@@ -22,6 +22,7 @@ from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
 from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
+from nvdd_plugins.models.requested import asked_for, asking_for
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
 from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
 from nvdd_plugins.models.uma import UMAWrapper
@@ -57,6 +58,8 @@ __all__ = [
     "SevenNetWrapper",
     "SimpleMPNN",
     "UMAWrapper",
+    "asked_for",
+    "asking_for",
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",

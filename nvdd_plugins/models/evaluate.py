@@ -18,6 +18,7 @@ from nvdd_plugins.geometry import (
     rows_times_3x3,
 )
 from nvdd_plugins.models.base import BaseModelMixin
+from nvdd_plugins.models.requested import asking_for
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
     new_pair_leaf,
@@ -66,7 +67,7 @@ def evaluate_model(
     leaves = {"forces": positions, "stress": strain, "pair_gradients": pairs}
     wanted = {"forces": want_forces, "stress": want_stress, "pair_gradients": want_stresses}
     leaves = {name: leaf for name, leaf in leaves.items() if wanted[name]}
-    with torch.enable_grad():
+    with torch.enable_grad(), asking_for(properties):
         out = model(run)
         found = []
         if leaves:

@@ -9,6 +9,7 @@ import nvdd_plugins.kernels  # noqa: F401  (registers torch.ops.nvdd.lennard_jon
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.models.base import BaseModelMixin, ModelConfig, NeighborConfig
+from nvdd_plugins.models.requested import asked_for
 from nvdd_plugins.spec import SPEC_LJ_HALO, MLIPSpec, for_strategy
 
 __all__ = ["SPEC_LJ_HALO", "LennardJonesModel"]
@@ -38,9 +39,11 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
         )
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Energies (eV), forces (eV/Å), stress and per-atom stresses (eV/Å³; NaN for a
+        """Energies (eV), forces (eV/Å) and, unless the evaluation asks for neither
+        (`nvdd_plugins.models.asked_for`), stress and per-atom stresses (eV/Å³; NaN for a
         system without a cell volume)."""
         inputs = self.adapt_input(batch)
+        with_virials = asked_for("stress", "stresses")
         energies, forces, virials = torch.ops.nvdd.lennard_jones(
             inputs.positions,
             inputs.edge_index,
@@ -49,6 +52,7 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
             self.sigma,
             self.cutoff,
             self.shift,
+            with_virials,
         )
         per_graph = inputs.positions.new_zeros(inputs.num_graphs)
         out = {
@@ -56,6 +60,8 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
             "energy": per_graph.index_add_(0, inputs.batch_idx, energies),
             "forces": forces,
         }
+        if not with_virials:
+            return out
         volume = torch.linalg.det(inputs.cell).abs()
         volume = torch.where(volume > 0, volume, torch.nan)  # no stress without a cell volume
         virial = virials.new_zeros(inputs.num_graphs, 3, 3).index_add_(0, inputs.batch_idx, virials)

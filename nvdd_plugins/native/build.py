@@ -45,6 +45,9 @@ def _declare(library: ctypes.CDLL) -> ctypes.CDLL:
     library.nvdd_advise_huge.restype = None
     library.nvdd_advise_huge.argtypes = [_PTR, _I64]
     for suffix, real in (("f64", ctypes.c_double), ("f32", ctypes.c_float)):
+        images = getattr(library, f"nvdd_periodic_images_{suffix}")
+        images.restype = _I64
+        images.argtypes = [_I64, *[_PTR] * 12]
         grid = getattr(library, f"nvdd_bin_grid_{suffix}")
         grid.restype = _I64
         grid.argtypes = [_I64, _PTR, _I64, *[_PTR] * 4, *[_I64] * 4, real, *[_PTR] * 4]

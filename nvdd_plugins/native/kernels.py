@@ -10,26 +10,20 @@ from typing import Any
 
 import torch
 
+from .blocks import BlockPool
 from .build import native_enabled, native_library
 
-__all__ = ["PairSearch", "bin_grid_native", "lennard_jones_native", "neighbor_pairs_native"]
+__all__ = [
+    "PairSearch",
+    "bin_grid_native",
+    "lennard_jones_native",
+    "neighbor_pairs_native",
+    "periodic_images_native",
+]
 
 _SUFFIX = {torch.float64: "f64", torch.float32: "f32"}
-_HUGE_PAGE = 2 << 20
-
-
-def _fresh(rows: int, columns: int, dtype: torch.dtype) -> torch.Tensor:
-    """An empty (rows, columns) tensor for a kernel to fill; a large one starts on a 2 MiB
-    boundary and asks for huge pages, so its first touch (the kernel's writes) takes one page
-    fault per 2 MiB instead of one per 4 KiB (several ms per step on a VM)."""
-    nbytes = rows * columns * dtype.itemsize
-    if nbytes < 2 * _HUGE_PAGE:
-        return torch.empty(rows, columns, dtype=dtype)
-    raw = torch.empty(nbytes + _HUGE_PAGE, dtype=torch.uint8)
-    skip = -raw.data_ptr() % _HUGE_PAGE
-    buffer = raw[skip : skip + nbytes].view(dtype).view(rows, columns)
-    native_library().nvdd_advise_huge(buffer.data_ptr(), nbytes)
-    return buffer
+# the neighbour search's outputs: edge pairs, lattice units, Cartesian shifts
+_PAIRS, _UNITS, _SHIFTS = BlockPool(), BlockPool(), BlockPool()
 
 
 def _function(name: str, *tensors: torch.Tensor) -> ctypes._CFuncPtr | None:
@@ -43,6 +37,41 @@ def _function(name: str, *tensors: torch.Tensor) -> ctypes._CFuncPtr | None:
 
 def _address(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
+
+
+def periodic_images_native(
+    frac: torch.Tensor,
+    wrapped: torch.Tensor,
+    image: torch.Tensor,
+    cell: torch.Tensor,
+    periodic: tuple[bool, bool, bool],
+    half_range: list[int],
+    reach: list[float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`geometry.cell_grid.with_periodic_images`'s points of the wrapped atoms (`frac`,
+    `wrapped`, `image`) in `cell`: (atom, unit, pos, central) for every lattice shift within
+    `half_range` whose fractional coordinate on each periodic axis k lies strictly between
+    -`reach[k]` and 1 + `reach[k]`; None where the native code does not apply."""
+    function = _function("nvdd_periodic_images", frac, wrapped, cell)
+    if function is None:
+        return None
+    dtype = frac.dtype
+    frac, wrapped = frac.contiguous(), wrapped.contiguous()
+    image, cell = image.to(torch.int64).contiguous(), cell.to(dtype).contiguous()
+    half = torch.tensor(half_range, dtype=torch.int64)
+    axes = torch.tensor(periodic, dtype=torch.int64)
+    # the bounds rounded to the dtype, as torch compares a tensor with a Python number
+    lo = torch.tensor([-r for r in reach], dtype=dtype)
+    hi = torch.tensor([1.0 + r for r in reach], dtype=dtype)
+    n = frac.shape[0]
+    inputs = [t.data_ptr() for t in (frac, wrapped, image, cell, half, axes, lo, hi)]
+    m = function(n, *inputs, None, None, None, None)
+    atom = torch.empty(m, dtype=torch.int64)
+    unit = torch.empty(m, 3, dtype=torch.int64)
+    pos = torch.empty(m, 3, dtype=dtype)
+    central = torch.empty(n, dtype=torch.int64)
+    function(n, *inputs, *(t.data_ptr() for t in (atom, unit, pos, central)))
+    return atom, unit, pos, central
 
 
 def bin_grid_native(
@@ -126,9 +155,9 @@ def neighbor_pairs_native(
     # Room for every candidate: only the rows written are ever paged in; the results are views
     # of their first rows.
     room = int(count.sum())
-    pairs = _fresh(2 * room, 1, torch.int64).view(-1)
-    units = _fresh(room, 3, torch.int64)
-    vectors = _fresh(room, 3, positions.dtype)
+    pairs = _PAIRS.take(2 * room, 1, torch.int64).view(-1)
+    units = _UNITS.take(room, 3, torch.int64)
+    vectors = _SHIFTS.take(room, 3, positions.dtype)
     n_edges = function(*inputs, *(t.data_ptr() for t in (pairs, units, vectors)))
     edge_index = pairs[: 2 * n_edges].view(2, n_edges)
     unit_shifts, shifts = units[:n_edges], vectors[:n_edges]
@@ -143,9 +172,11 @@ def lennard_jones_native(
     sigma: float,
     cutoff: float,
     offset: float,
+    virials: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Per-atom LJ energies, forces and virials as `kernels.lennard_jones` defines them
-    (`offset`: the pair energy subtracted inside the cutoff); None where the native code does
+    (`offset`: the pair energy subtracted inside the cutoff; without `virials` they are not
+    computed and come back as an empty (0, 3, 3) tensor); None where the native code does
     not apply. Raises IndexError for an edge index outside the atoms."""
     function = _function("nvdd_lennard_jones", positions, shifts)
     if function is None or shifts.dtype != positions.dtype:
@@ -155,14 +186,13 @@ def lennard_jones_native(
     n, n_edges = positions.shape[0], edge_index.shape[1]
     energies = positions.new_zeros(n)
     forces = positions.new_zeros(n, 3)
-    virials = positions.new_zeros(n, 3, 3)
+    per_atom_virials = positions.new_zeros(n if virials else 0, 3, 3)
     tensors = (positions, edge_index[0], edge_index[1], shifts)
     parameters = (epsilon, sigma, cutoff, offset)
-    outputs = (energies, forces, virials)
-    bad = function(
-        n, n_edges, *(t.data_ptr() for t in tensors), *parameters, *(t.data_ptr() for t in outputs)
-    )
+    outputs = (energies, forces, per_atom_virials if virials else None)
+    addresses = (_address(t) for t in outputs)
+    bad = function(n, n_edges, *(t.data_ptr() for t in tensors), *parameters, *addresses)
     if bad >= 0:
         pair = edge_index[:, bad].tolist()
         raise IndexError(f"edge {bad} = {pair} indexes outside the {n} atoms")
-    return energies, forces, virials
+    return energies, forces, per_atom_virials

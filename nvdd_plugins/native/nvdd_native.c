@@ -30,6 +30,53 @@ void nvdd_advise_huge(void *start, int64_t bytes) {
 #endif
 }
 
+/* The periodic images of geometry/cell_grid.py's with_periodic_images: for each of `n` atoms
+ * (wrapped fractional coordinates `frac`, wrapped positions `wrapped`, lattice `image` removed
+ * by wrapping) and each lattice shift (x, y, z major to minor, within `half[k]` of 0 per axis)
+ * whose fractional coordinate on every periodic axis k lies within (lo[k], hi[k]) (the shift 0
+ * always), one point: its atom, `unit` = shift - image[atom], and `pos` = wrapped[atom] +
+ * shift @ cell (products and sums in torch's order); `central` (n) each atom's unshifted
+ * point. With `atom` NULL only counts the points. Returns the number of points. */
+#define PERIODIC_IMAGES(SUFFIX, REAL)                                                         \
+    int64_t nvdd_periodic_images_##SUFFIX(                                                    \
+        int64_t n, const REAL *frac, const REAL *wrapped, const int64_t *image,              \
+        const REAL *cell, const int64_t *half, const int64_t *periodic, const REAL *lo,      \
+        const REAL *hi, int64_t *atom, int64_t *unit, REAL *pos, int64_t *central) {         \
+        int64_t m = 0;                                                                        \
+        for (int64_t a = 0; a < n; ++a) {                                                     \
+            for (int64_t sx = -half[0]; sx <= half[0]; ++sx) {                                \
+                const REAL fx = frac[3 * a] + (REAL)sx;                                       \
+                if (sx && periodic[0] && !(fx > lo[0] && fx < hi[0])) continue;               \
+                for (int64_t sy = -half[1]; sy <= half[1]; ++sy) {                            \
+                    const REAL fy = frac[3 * a + 1] + (REAL)sy;                               \
+                    if (sy && periodic[1] && !(fy > lo[1] && fy < hi[1])) continue;           \
+                    for (int64_t sz = -half[2]; sz <= half[2]; ++sz, ++m) {                   \
+                        const REAL fz = frac[3 * a + 2] + (REAL)sz;                           \
+                        if (sz && periodic[2] && !(fz > lo[2] && fz < hi[2])) {               \
+                            --m;                                                              \
+                            continue;                                                         \
+                        }                                                                     \
+                        if (!atom) continue;                                                  \
+                        const int64_t shift[3] = {sx, sy, sz};                                \
+                        if (!(sx | sy | sz)) central[a] = m;                                  \
+                        atom[m] = a;                                                          \
+                        for (int b = 0; b < 3; ++b) {                                         \
+                            unit[3 * m + b] = shift[b] - image[3 * a + b];                    \
+                            REAL t = (REAL)sx * cell[b];                                      \
+                            t = t + (REAL)sy * cell[3 + b];                                   \
+                            t = t + (REAL)sz * cell[6 + b];                                   \
+                            pos[3 * m + b] = wrapped[3 * a + b] + t;                          \
+                        }                                                                     \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        return m;                                                                             \
+    }
+
+PERIODIC_IMAGES(f64, double)
+PERIODIC_IMAGES(f32, float)
+
 /* The bin grid of geometry/cell_grid.py's build_bin_grid for `m` points on a given grid
  * (lowest corner `lo`, bins per Å `scale`, Å per bin `width`, `shape` bins per axis; at most
  * 4 m + 1024 bins): `order` (m) the points sorted stably by bin (x, y, z major to minor),
@@ -138,6 +185,8 @@ BIN_GRID(f32, float)
  * two rows of candidates and ends as the (2, n) edge index (j moved behind i). Returns n.
  */
 #define SCREEN 64
+#define EPSILON_f64 2.220446049250313e-16
+#define EPSILON_f32 1.1920929e-07f
 #define NEIGHBOR_PAIRS(SUFFIX, REAL)                                                          \
     int64_t nvdd_neighbor_pairs_##SUFFIX(                                                     \
         int64_t q0, int64_t q1, int64_t columns, int64_t touching, const int32_t *start, const int32_t *count,  \
@@ -146,6 +195,9 @@ BIN_GRID(f32, float)
         const REAL *positions, const REAL *cell, REAL reach, REAL cutoff, int64_t *out_i,     \
         int64_t *out_unit, REAL *out_shift) {                                                 \
         const REAL reach2 = reach * reach;                                                    \
+        const REAL near = cutoff * ((REAL)1.0 - (REAL)16.0 * EPSILON_##SUFFIX);               \
+        const REAL far = cutoff * ((REAL)1.0 + (REAL)16.0 * EPSILON_##SUFFIX);                \
+        const REAL inner2 = near * near, outer2 = far * far;                                  \
         int64_t room = 0, n = 0;                                                              \
         for (int64_t k = q0 * columns; k < q1 * columns; ++k) room += count[k];               \
         int64_t *out_j = out_i + room;                                                        \
@@ -182,7 +234,9 @@ BIN_GRID(f32, float)
                         }                                                                     \
                         const REAL *xj = positions + 3 * j;                                   \
                         for (int a = 0; a < 3; ++a) v[a] = (xj[a] - xi[a]) + s[a];            \
-                        if (!(sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) < cutoff)) continue; \
+                        const REAL d2 = v[0] * v[0] + v[1] * v[1] + v[2] * v[2];              \
+                        /* sqrt only near the cutoff: elsewhere its comparison is certain */  \
+                        if (!(d2 < inner2 || (d2 < outer2 && sqrt(d2) < cutoff))) continue;  \
                         out_i[n] = q;                                                         \
                         out_j[n] = j;                                                         \
                         for (int a = 0; a < 3; ++a) {                                         \
@@ -203,7 +257,8 @@ NEIGHBOR_PAIRS(f32, float)
 
 /* Lennard-Jones per-atom energies (n), forces (n, 3) and virials (n, 3, 3), zeroed by the
  * caller, from a full list of `n_edges` edges (i = edge_i[e], j = edge_j[e], r_ij = x[j] -
- * x[i] + shifts[e]); each edge adds to atom i only. The arithmetic is kernels/lennard_jones.py's
+ * x[i] + shifts[e]); each edge adds to atom i only. `virials` may be NULL: then they are not
+ * computed (the energies and forces are the same). The arithmetic is kernels/lennard_jones.py's
  * term by term; a run of edges with the same i is summed in registers, in edge order, and
  * added to the atom's sums at its end. Returns -1, or the first edge with an index outside
  * [0, n) (then stops). */
@@ -212,7 +267,8 @@ NEIGHBOR_PAIRS(f32, float)
                                   REAL *virials) {                                            \
         energies[i] += acc[0];                                                                \
         for (int a = 0; a < 3; ++a) forces[3 * i + a] += acc[1 + a];                          \
-        for (int a = 0; a < 9; ++a) virials[9 * i + a] += acc[4 + a];                         \
+        if (virials)                                                                          \
+            for (int a = 0; a < 9; ++a) virials[9 * i + a] += acc[4 + a];                     \
     }                                                                                         \
     int64_t nvdd_lennard_jones_##SUFFIX(int64_t n, int64_t n_edges, const REAL *x,            \
                                         const int64_t *edge_i, const int64_t *edge_j,         \
@@ -222,6 +278,7 @@ NEIGHBOR_PAIRS(f32, float)
         const REAL cutoff2 = cutoff * cutoff, sigma2 = sigma * sigma;                         \
         const REAL four_eps = (REAL)4.0 * epsilon, minus_24_eps = (REAL)-24.0 * epsilon;      \
         REAL acc[13] = {0};                                                                   \
+        const int with_virials = virials != NULL;                                             \
         int64_t current = -1;                                                                 \
         for (int64_t e = 0; e < n_edges; ++e) {                                               \
             const int64_t i = edge_i[e], j = edge_j[e];                                       \
@@ -242,10 +299,10 @@ NEIGHBOR_PAIRS(f32, float)
             const REAL c6 = s * s * s, c12 = c6 * c6;                                         \
             acc[0] += (four_eps * (c12 - c6) - offset) * (REAL)0.5;                           \
             const REAL dphi_over_r = minus_24_eps * ((REAL)2.0 * c12 - c6) / r2;              \
+            for (int a = 0; a < 3; ++a) acc[1 + a] += dphi_over_r * r[a];                     \
+            if (!with_virials) continue;                                                      \
             for (int a = 0; a < 3; ++a) {                                                     \
-                const REAL f = dphi_over_r * r[a];                                            \
-                acc[1 + a] += f;                                                              \
-                const REAL half = (REAL)0.5 * f;                                              \
+                const REAL half = (REAL)0.5 * (dphi_over_r * r[a]);                           \
                 for (int b = 0; b < 3; ++b) acc[4 + 3 * a + b] += half * r[b];                \
             }                                                                                 \
         }                                                                                     \

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
+import torch
 from ase.calculators.lj import LennardJones
 
 from nvdd_plugins import Batch
-from nvdd_plugins.models import LennardJonesModel, evaluate_model
+from nvdd_plugins.geometry import attach_neighbor_list
+from nvdd_plugins.models import LennardJonesModel, asked_for, asking_for, evaluate_model
 from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model
 
 
@@ -38,3 +42,38 @@ def test_unshifted_energy_differs_by_the_cutoff_offset() -> None:
 def test_rejects_bad_parameters() -> None:
     with pytest.raises(ValueError, match="positive"):
         LennardJonesModel(epsilon=-1.0, sigma=3.4, cutoff=8.0)
+
+
+def test_stress_only_when_asked() -> None:
+    """An evaluation that asks for neither stress nor per-atom stresses gets neither (the
+    kernel skips the virials) and the same energies and forces; a direct call gets all."""
+    batch = Batch.from_atoms(SYSTEMS["bulk"]())
+    asked = evaluate_model(lj_model(), batch.clone(), ("energy", "forces", "stress"))
+    skipped = evaluate_model(lj_model(), batch.clone(), ("energy", "forces"))
+    assert "stress" not in skipped and "stresses" not in skipped
+    assert torch.equal(skipped["forces"], asked["forces"])
+    assert torch.equal(skipped["energies"], asked["energies"])
+    listed = batch.clone()
+    attach_neighbor_list(listed, LJ_CUTOFF)
+    direct = lj_model()(listed)
+    assert torch.equal(direct["stress"].detach(), asked["stress"])
+
+
+def test_asking_for_nests_and_restores() -> None:
+    assert asked_for("stress")  # outside any evaluation everything is asked for
+    with asking_for(("energy", "forces")):
+        assert not asked_for("stress", "stresses") and asked_for("forces")
+        with asking_for(("stresses",)):
+            assert asked_for("stress", "stresses")
+        assert not asked_for("stresses")
+    assert asked_for("stress")
+
+
+def test_asking_for_is_per_thread() -> None:
+    """Simulated ranks are threads: one's request never leaks into another's."""
+    seen = []
+    with asking_for(("energy",)):
+        worker = threading.Thread(target=lambda: seen.append(asked_for("stress")))
+        worker.start()
+        worker.join()
+    assert seen == [True]

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from nvdd_plugins.geometry import build_neighbor_list
+from nvdd_plugins.geometry.cell import complete_cell, perpendicular_widths
+from nvdd_plugins.geometry.cell_grid import with_periodic_images
 from nvdd_plugins.kernels import lennard_jones
 from nvdd_plugins.native import (
     build,
@@ -75,6 +77,25 @@ def test_neighbor_list_is_the_torch_one(monkeypatch, name, cutoff, dtype):
             assert bool(((i < touching) | (j < touching)).all())
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+@pytest.mark.parametrize("reach", [3.1, 11.0, 40.0])  # 40 Å: images two boxes away
+def test_periodic_images_are_the_torch_ones(monkeypatch, name, reach, dtype):
+    """The atoms' periodic images near the cell: the same points in the same order, bit for
+    bit (atom, lattice units, positions, each atom's own point)."""
+    pbc, shear, offset = GEOMETRIES[name]
+    positions, cell = crystal(6, 3.0, dtype, seed=1)
+    if shear is not None:
+        cell = torch.tensor(shear, dtype=dtype) @ cell
+        positions = positions @ torch.tensor(shear, dtype=dtype)
+    full = complete_cell(cell, pbc)
+    widths = perpendicular_widths(full.double()).tolist()
+    on, off = both(monkeypatch, with_periodic_images, positions + offset, full, pbc, widths, reach)
+    assert on.atom.shape[0] > positions.shape[0] or not any(pbc)
+    for field in ("atom", "unit", "pos", "image", "central"):
+        assert torch.equal(getattr(on, field), getattr(off, field)), field
+
+
 def test_neighbor_list_negative_control(monkeypatch):
     """The comparison above sees a missing edge and two edges in another order."""
     positions, cell = crystal(5, 3.0, torch.float64)
@@ -100,6 +121,22 @@ def test_lennard_jones_is_the_torch_one(monkeypatch, shift):
         positions, listed.edge_index[:, 1:], listed.shifts[1:], EPSILON, SIGMA, 8.5, shift
     )
     assert float((fewer[1] - on[1]).abs().max()) > 1e-6
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_lennard_jones_virials_only_when_asked(monkeypatch, native):
+    """Without virials the kernel (native or torch) skips them and gives the same energies
+    and forces bit for bit; with them they are there (their values: the test above and
+    tests/models/test_lennard_jones.py's stress against ASE)."""
+    monkeypatch.setenv("NVDD_NATIVE", native)
+    positions, cell = crystal(5, 3.6, torch.float64)
+    listed = build_neighbor_list(positions, cell, (True,) * 3, 8.5)
+    args = (positions, listed.edge_index, listed.shifts, EPSILON, SIGMA, 8.5, False)
+    energies, forces, virials = lennard_jones(*args, True)
+    skipped = lennard_jones(*args, False)
+    assert torch.equal(skipped[0], energies) and torch.equal(skipped[1], forces)
+    assert skipped[2].shape == (0, 3, 3)
+    assert virials.shape == (positions.shape[0], 3, 3) and float(virials.abs().min()) > 0
 
 
 def test_lennard_jones_rejects_out_of_range_edges(monkeypatch):

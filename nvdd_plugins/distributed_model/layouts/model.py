@@ -26,7 +26,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, asking_for
 
 __all__ = ["DistributedModel", "SubdomainModel"]
 
@@ -130,7 +130,7 @@ class SubdomainModel(nn.Module):
         leaf = owned.positions.detach().requires_grad_(wanted.forces)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
-        with computing(self.comm, leaf.device):
+        with computing(self.comm, leaf.device), asking_for(properties):
             results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted)
         return results.for_owned_rows(view, self.comm)
 

@@ -192,13 +192,15 @@ class HaloDomain:
     def migrate(self, owned: Batch) -> None:
         """Send atoms that left this sub-domain to their new owners; keep the batch sorted by
         global id. Collective; replaces the per-atom fields of `owned` in place."""
+        ids = owned.global_ids
+        if self.comm.size == 1 and bool((ids[1:] > ids[:-1]).all()):
+            return  # one rank owns every atom, in id order: nothing to balance or send
         self.rebalance(owned.positions, owned.cell[0], replicated=False)
         dest = self.destinations(owned.positions.detach(), owned.cell[0].detach())
         me = self.comm.rank
         leaving = {
             int(q): torch.nonzero(dest == q).flatten() for q in torch.unique(dest) if q != me
         }
-        ids = owned.global_ids
         arrived_ids = self.comm.exchange_variable(
             {q: ids[idx] for q, idx in leaving.items()}, template=ids
         )

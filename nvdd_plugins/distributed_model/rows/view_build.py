@@ -38,7 +38,8 @@ class ViewRows:
         plan: the halo plan of the rows.
         positions: (n_local, 3) where the rows sit (padding goes beyond them).
         atomic_numbers, global_ids: (n_local,) per row.
-        pairs: (2, E) local row indices.
+        pairs: (2, E) local row indices (the view may share the pair tensors: hand over
+            ones nobody writes afterwards).
         image_units: (n_local, 3) lattice units from owner-stored to view position (None: 0).
         pair_units: (E, 3) lattice shifts of the pairs along `wrapped_axes` (None: 0).
         wrapped_axes: (3,) bool, the axes pairs wrap along (None: none).
@@ -92,14 +93,23 @@ def padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor
     return torch.cat([values, values.new_full((count - values.shape[0], *values.shape[1:]), fill)])
 
 
+def _edge_rows(values: torch.Tensor, slots: int) -> torch.Tensor:
+    """Per-pair `values` padded with zeros to `slots` rows; `values` itself when they fill
+    them (pair tensors are large, and copying them was a tenth of a rebuild)."""
+    return values if values.shape[0] == slots else padded_rows(values, slots)
+
+
 def padded_pairs(
     pairs: torch.Tensor, units: torch.Tensor | None, n_rows: int, slots: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`pairs` (2, E) and their lattice `units` (E, 3; None: zero) in `slots` edge slots,
-    the empty ones holding the sentinel row `n_rows` at zero units."""
+    the empty ones holding the sentinel row `n_rows` at zero units. Tensors that need no
+    padding are returned as they are (shared, not copied)."""
     pairs = pairs.long()
-    sentinels = pairs.new_full((2, slots - pairs.shape[1]), n_rows)
-    return torch.cat([pairs, sentinels], 1), padded_rows(_units(units, pairs.device), slots)
+    if slots > pairs.shape[1]:
+        sentinels = pairs.new_full((2, slots - pairs.shape[1]), n_rows)
+        pairs = torch.cat([pairs, sentinels], 1)
+    return pairs, _edge_rows(_units(units, pairs.device), slots)
 
 
 def _units(units: torch.Tensor | None, device: torch.device) -> torch.Tensor:
@@ -135,7 +145,7 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     built_shifts = rows.built_shifts
     if built_shifts is not None:
         cell, pair_shifts = built_shifts
-        built_shifts = (cell.detach().clone(), padded_rows(pair_shifts, slots))
+        built_shifts = (cell.detach().clone(), _edge_rows(pair_shifts, slots))
     spacing = padding.spacing
     reach = positions.abs().max() if n_local else positions.new_zeros(())
     steps = torch.arange(1, n_pad + 1, device=device, dtype=positions.dtype)
