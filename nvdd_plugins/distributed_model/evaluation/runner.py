@@ -5,7 +5,8 @@ The first forward after each rebuild runs eagerly under op interception with the
 (`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
 without interception when its aggregations are all marked, without the edges into ghost rows
 when they all write onto one row of `edge_index`; otherwise eagerly under interception.
-Which of these apply is one `ForwardPlan`, decided at the checked forward.
+Which of these apply, and whether the model sees the Verlet pairs beyond its cutoff, is one
+`ForwardPlan`, decided at each rebuild.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class SpecRunner:
     Attributes:
         checking: the next forward is the checked one (set by `rebuilt`, cleared by the
             caller once the step's results are consolidated).
-        plan: what the forwards on the current view may skip, decided at its checked one.
+        plan: what the forwards on the current view may skip and which pairs they see,
+            decided when it was built (`rebuilt`).
     """
 
     def __init__(
@@ -56,7 +58,7 @@ class SpecRunner:
         self.config = config
         self.comm = comm
         self.checking = True
-        self.plan = ForwardPlan.of(spec, config, lambda: False)
+        self.plan = ForwardPlan.of(model, spec, config)
         # eager forwards take the spec's shortcuts once a forward taking them agreed with
         # the reference one
         self._claims_verified = False
@@ -66,9 +68,11 @@ class SpecRunner:
         # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
         self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
 
-    def rebuilt(self) -> None:
-        """The view changed: check the next forward."""
+    def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
+        """A new view was built in `cell` (3, 3) periodic along `pbc` (3,): decide its plan
+        and check the next forward."""
         self.checking = True
+        self.plan = ForwardPlan.of(self.model, self.spec, self.config, cell, pbc)
         if self.pairs is not None:
             self.pairs.reset()
 
@@ -76,7 +80,7 @@ class SpecRunner:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
         may replace its "edge_index")."""
         if self.checking:
-            self.plan = ForwardPlan.of(self.spec, self.config, partial(self._all_own, view))
+            self.plan = self.plan.owned_by_all(partial(self._all_own, view))
         plan = self.plan
         ctx = HaloContext(
             view.n_rows,
