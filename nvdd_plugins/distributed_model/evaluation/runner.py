@@ -35,7 +35,7 @@ from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, OwnedRows, refreshing_marks
+from nvdd_plugins.spec import MLIPSpec, refreshing_marks
 
 __all__ = ["SpecRunner"]
 
@@ -148,11 +148,6 @@ class SpecRunner:
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
         return float(self.comm.all_reduce(empty, "sum")) == 0
 
-    def _owned_rows(self, ctx: HaloContext) -> OwnedRows | None:
-        """The layout a model may compute owned rows only on (`owned_rows`), if the plan
-        offers it."""
-        return ctx.owned_rows() if self.plan.owned_rows else None
-
     def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
         """`batch` without the edges into ghost rows, when the spec says every aggregation
         writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
@@ -180,7 +175,8 @@ class SpecRunner:
         """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
         batch = self._claimed(batch, view, ctx)
         if self.plan.marked and not checking:
-            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
+            owned_rows = ctx.owned_rows() if self.plan.owned_rows else None
+            with refreshing_marks(ctx.refresh_rows, owned_rows):
                 return self.model(batch)
         return self._forward_in_mode(batch, ctx, check_indices=checking)
 
