@@ -16,7 +16,6 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
-from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
@@ -184,7 +183,6 @@ def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
         raise DistributionRuleError(
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
         )
-    require_compilable(model, config)
     if model.cutoff > config.cutoff:
         raise ValueError(
             f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "
