@@ -13,6 +13,7 @@ from nvdd_plugins.distributed_model.evaluation.call_rules import (
 )
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.health import NonFiniteError
 from nvdd_plugins.distributed_model.evaluation.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.evaluation.shells import PerLayerRefresh, Shell, ThickShell
@@ -55,4 +56,5 @@ __all__ = [
     "has_rows",
     "is_opaque",
     "padded_view",
+    "require_compilable",
 ]

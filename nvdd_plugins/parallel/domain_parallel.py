@@ -267,13 +267,9 @@ class DomainParallel:
         except NonFiniteError as err:
             failure = NonFiniteError(f"after step {self.dynamics.step_count}: {err}")
             raise raised_on_every_rank(failure) from None
-        elapsed = time.perf_counter() - start
+        elapsed, rebuilds = time.perf_counter() - start, self.model.rebuilds
         logger.info(
-            "rank %d: %d steps in %.2f s, %d rebuilds",
-            self.comm.rank,
-            steps,
-            elapsed,
-            self.model.rebuilds,
+            "rank %d: %d steps in %.2f s, %d rebuilds", self.comm.rank, steps, elapsed, rebuilds
         )
         return batch
 

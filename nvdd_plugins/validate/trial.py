@@ -11,9 +11,8 @@ from ase import Atoms
 from nvdd_plugins.comm import SimulatedCommunicator, run_simulated
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import ReplicatedModel
+from nvdd_plugins.distributed_model import ReplicatedModel, require_compilable
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin, evaluate_model
 from nvdd_plugins.spec import MLIPSpec
 from nvdd_plugins.validate.inputs import TOLERANCES, properties_for
@@ -127,17 +126,13 @@ class Trial:
         preparation may patch process-wide state (mace's patches torch.nn.Module.__call__)."""
         if self.strategy is StrategyKind.GRAPH_PARTITION:
             return "graph partition runs eagerly"
-        neighbors = self.model.model_config.neighbor_config
-        if not (neighbors and neighbors.accepts_skin_pairs):
-            return "the model does not declare NeighborConfig(accepts_skin_pairs=True)"
+        config = DomainConfig(cutoff=self.model.cutoff, skin=self.skin, compile=True)
         cell = torch.as_tensor(self.atoms.cell.array, dtype=torch.float64)
-        pbc = torch.as_tensor(self.atoms.pbc)
-        if not images_unambiguous(cell, pbc, self.model.cutoff + self.skin):
-            return "a periodic width of the sample is below 2 x (cutoff + skin)"
         try:
+            require_compilable(self.model, config, cell, torch.as_tensor(self.atoms.pbc))
             return self.model.prepare_for_compile()
-        except ValueError as err:  # the model says it cannot be compiled
-            return f"{type(self.model).__name__}.prepare_for_compile: {err}"
+        except ValueError as err:  # the model or the sample cannot run compiled
+            return str(err)
 
     def distributed(self, spec: MLIPSpec, compiled: BaseModelMixin | None = None) -> Outcome:
         """The model under `spec` on the simulated mesh, compared with the reference.

@@ -1,5 +1,7 @@
 """ForwardPlan: the spec's shortcuts are taken eagerly only, the collective "every rank owns
-atoms" is asked only for a marked plan; require_compilable names what compile=True needs."""
+atoms" is asked only for a marked plan, the Verlet pairs beyond the cutoff reach the model
+only where it weighs them zero and images are unambiguous; require_compilable names what
+compile=True needs."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def _asked(answer: bool) -> tuple[list[int], object]:
 @pytest.mark.parametrize("compile_", [False, True])
 def test_shortcuts_are_eager_only(compile_: bool) -> None:
     calls, every_rank_owns = _asked(True)
-    plan = ForwardPlan.of(MARKED, DomainConfig(cutoff=3.0, compile=compile_), every_rank_owns)
+    config = DomainConfig(cutoff=3.0, compile=compile_)
+    plan = ForwardPlan.of(lj_model(), MARKED, config).owned_by_all(every_rank_owns)
     assert plan.compiled is compile_
     assert plan.shortcuts is not compile_
     assert plan.marked is plan.owned_rows is (not compile_)
@@ -45,10 +48,50 @@ def test_shortcuts_are_eager_only(compile_: bool) -> None:
 
 def test_owned_rows_need_every_rank_to_own_atoms() -> None:
     _, nobody = _asked(False)
-    assert not ForwardPlan.of(MARKED, DomainConfig(cutoff=3.0), nobody).owned_rows
+    config = DomainConfig(cutoff=3.0)
+    assert not ForwardPlan.of(lj_model(), MARKED, config).owned_by_all(nobody).owned_rows
     calls, every_rank_owns = _asked(True)
-    plan = ForwardPlan.of(SPEC_MPNN_HALO, DomainConfig(cutoff=3.0), every_rank_owns)
+    plan = ForwardPlan.of(lj_model(), SPEC_MPNN_HALO, config).owned_by_all(every_rank_owns)
     assert not (plan.shortcuts or plan.owned_rows) and not calls
+
+
+def _with_neighbors(accepts: bool, prune: bool = False):
+    model = lj_model()
+    neighbors = NeighborConfig(model.cutoff, accepts_skin_pairs=accepts, prune_skin_pairs=prune)
+    model.model_config = dataclasses.replace(model.model_config, neighbor_config=neighbors)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("accepts", "prune", "skin", "width", "expected"),
+    [
+        (True, False, 0.5, 24.0, True),  # weighs them zero, images unambiguous
+        (True, False, 0.5, 6.0, False),  # a skin pair could fold onto another image
+        (False, False, 0.5, 24.0, False),  # counts every pair it is given
+        (True, True, 0.5, 24.0, False),  # prunes them itself when eager
+        (True, True, 0.0, 24.0, True),  # no skin: the list holds none to prune
+        (False, False, 0.0, 24.0, False),
+    ],
+)
+def test_skin_pairs_are_decided_at_each_rebuild(
+    accepts: bool, prune: bool, skin: float, width: float, expected: bool
+) -> None:
+    model = _with_neighbors(accepts, prune)
+    config = DomainConfig(cutoff=model.cutoff, skin=skin)
+    cell, pbc = width * torch.eye(3, dtype=torch.float64), torch.ones(3, dtype=torch.bool)
+    assert ForwardPlan.of(model, SPEC_MPNN_HALO, config, cell, pbc).skin_pairs is expected
+    # before any view is built: what the model's neighbours declare
+    unbuilt = ForwardPlan.of(model, SPEC_MPNN_HALO, config).skin_pairs
+    assert unbuilt is (accepts and not prune)
+
+
+def test_a_compiled_plan_needs_unambiguous_images() -> None:
+    model = lj_model()
+    config = DomainConfig(cutoff=model.cutoff, skin=0.5, compile=True)
+    narrow, pbc = 6.0 * torch.eye(3, dtype=torch.float64), torch.ones(3, dtype=torch.bool)
+    assert ForwardPlan.of(model, SPEC_MPNN_HALO, config, 4 * narrow, pbc).skin_pairs
+    with pytest.raises(ValueError, match="lower the skin or run without compile"):
+        ForwardPlan.of(model, SPEC_MPNN_HALO, config, narrow, pbc)
 
 
 def test_compile_preconditions() -> None:

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 import torch
+from ase.build import bulk
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
@@ -189,3 +190,12 @@ def test_global_sums_without_their_adapters_get_global_sum_adapters(method: str)
     assert "add GLOBAL_SUM_ADAPTERS" in report.next_action, report.next_action
     assert all(a in report.spec.distribution.custom_ops for a in GLOBAL_SUM_ADAPTERS)
     assert trace_and_validate(nacl_model(method, atoms), atoms).ok
+
+
+def test_compile_is_not_checked_where_it_cannot_run() -> None:
+    """The reasons are the engine's own compile preconditions (`require_compilable`)."""
+    # widths 9.6 Å: above the MPNN's 2 x cutoff, below 2 x (cutoff + skin) = 10 Å
+    narrow = bulk("Ar", "fcc", a=4.8, cubic=True).repeat(2)
+    report = trace_and_validate(defects.mpnn(), sample=narrow)
+    assert report.ok, report
+    assert any("lower the skin or run without compile" in note for note in report.notes)

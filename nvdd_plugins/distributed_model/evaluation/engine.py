@@ -16,7 +16,6 @@ from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
-from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
@@ -24,7 +23,6 @@ from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import padded_rows
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.geometry import images_unambiguous
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
 
@@ -64,27 +62,11 @@ class HaloEngine:
         self.chunks: ChunkedRows | None = None
         if isinstance(self.shell, ThickShell) and self.shell.chunk_rows is not None:
             self.chunks = ChunkedRows(self.runner, self.shell)
-        neighbors = model.model_config.neighbor_config
-        self._weighs_far_pairs_zero = bool(neighbors and neighbors.accepts_skin_pairs)
-        self._accepts_skin_pairs = bool(
-            neighbors and neighbors.passes_skin_pairs(config.fixed_shapes)
-        )
-        # Hand the model the Verlet pairs unfiltered (decided again at each rebuild).
-        self._skin_pairs = self._accepts_skin_pairs
 
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
-        """A new view was built for `cell` (3, 3) and `pbc` (3,): check the next forward."""
-        self.runner.rebuilt()
-        require_compilable(self.model, self.config, cell, pbc)
-        if not (self._accepts_skin_pairs or self.config.fixed_shapes):
-            # Without a skin the list holds the pairs within the cutoff only, and any motion
-            # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
-            # rounding, which such a model weighs zero).
-            self._skin_pairs = self.config.skin == 0.0 and self._weighs_far_pairs_zero
-            return
-        self._skin_pairs = self._accepts_skin_pairs and images_unambiguous(
-            cell, pbc, self.config.halo_width
-        )
+        """A new view was built for `cell` (3, 3) and `pbc` (3,): decide its forward plan and
+        check the next forward."""
+        self.runner.rebuilt(cell, pbc)
 
     def wanted(self, properties: Iterable[str]) -> Wanted:
         """What of `properties` this engine derives by autograd."""
@@ -165,7 +147,7 @@ class HaloEngine:
         shifts = view.edge_shifts(cell[0])
         if leaves is not None:
             shifts = leaves.shifted(shifts)
-        if self._skin_pairs:
+        if self.runner.plan.skin_pairs:
             edge_index = view.edge_index
         else:
             edge_index = view.active_edges(rows, shifts, self.model.cutoff)
@@ -201,7 +183,6 @@ def _validated_spec(model: BaseModelMixin, config: DomainConfig) -> MLIPSpec:
         raise DistributionRuleError(
             'the spec must declare per-atom "energies" as OutputKind.PER_NODE'
         )
-    require_compilable(model, config)
     if model.cutoff > config.cutoff:
         raise ValueError(
             f"DomainConfig.cutoff ({config.cutoff} Å) is smaller than the model's "

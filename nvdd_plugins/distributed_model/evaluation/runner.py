@@ -5,7 +5,8 @@ The first forward after each rebuild runs eagerly under op interception with the
 (`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
 without interception when its aggregations are all marked, without the edges into ghost rows
 when they all write onto one row of `edge_index`; otherwise eagerly under interception.
-Which of these apply is one `ForwardPlan`, decided at the checked forward.
+Which of these apply, and whether the model sees the Verlet pairs beyond its cutoff, is one
+`ForwardPlan`, decided at each rebuild.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, OwnedRows, refreshing_marks
+from nvdd_plugins.spec import MLIPSpec, refreshing_marks
 
 __all__ = ["SpecRunner"]
 
@@ -45,7 +46,8 @@ class SpecRunner:
     Attributes:
         checking: the next forward is the checked one (set by `rebuilt`, cleared by the
             caller once the step's results are consolidated).
-        plan: what the forwards on the current view may skip, decided at its checked one.
+        plan: what the forwards on the current view may skip and which pairs they see,
+            decided when it was built (`rebuilt`).
     """
 
     def __init__(
@@ -56,7 +58,7 @@ class SpecRunner:
         self.config = config
         self.comm = comm
         self.checking = True
-        self.plan = ForwardPlan.of(spec, config, lambda: False)
+        self.plan = ForwardPlan.of(model, spec, config)
         # eager forwards take the spec's shortcuts once a forward taking them agreed with
         # the reference one
         self._claims_verified = False
@@ -66,9 +68,11 @@ class SpecRunner:
         # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
         self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
 
-    def rebuilt(self) -> None:
-        """The view changed: check the next forward."""
+    def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
+        """A new view was built in `cell` (3, 3) periodic along `pbc` (3,): decide its plan
+        and check the next forward."""
         self.checking = True
+        self.plan = ForwardPlan.of(self.model, self.spec, self.config, cell, pbc)
         if self.pairs is not None:
             self.pairs.reset()
 
@@ -76,7 +80,7 @@ class SpecRunner:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
         may replace its "edge_index")."""
         if self.checking:
-            self.plan = ForwardPlan.of(self.spec, self.config, partial(self._all_own, view))
+            self.plan = self.plan.owned_by_all(partial(self._all_own, view))
         plan = self.plan
         ctx = HaloContext(
             view.n_rows,
@@ -144,11 +148,6 @@ class SpecRunner:
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
         return float(self.comm.all_reduce(empty, "sum")) == 0
 
-    def _owned_rows(self, ctx: HaloContext) -> OwnedRows | None:
-        """The layout a model may compute owned rows only on (`owned_rows`), if the plan
-        offers it."""
-        return ctx.owned_rows() if self.plan.owned_rows else None
-
     def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
         """`batch` without the edges into ghost rows, when the spec says every aggregation
         writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
@@ -176,7 +175,8 @@ class SpecRunner:
         """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
         batch = self._claimed(batch, view, ctx)
         if self.plan.marked and not checking:
-            with refreshing_marks(ctx.refresh_rows, self._owned_rows(ctx)):
+            owned_rows = ctx.owned_rows() if self.plan.owned_rows else None
+            with refreshing_marks(ctx.refresh_rows, owned_rows):
                 return self.model(batch)
         return self._forward_in_mode(batch, ctx, check_indices=checking)
 

@@ -100,7 +100,13 @@ class ChunkedRows:
             chunks = [(whole, torch.zeros_like(positions, dtype=torch.long), 0)] if n_rows else []
             wrapped = torch.zeros(3, dtype=torch.bool, device=positions.device)
         out: dict[str, torch.Tensor] = {}
-        derived: dict[str, torch.Tensor] = {}
+        shapes = {"forces": (n_rows, 3), "stress": (1, 3, 3), "stresses": (n_rows, 3, 3)}
+        asked = (positions.requires_grad, wanted.stress, wanted.stresses)
+        derived = {
+            name: positions.new_zeros(shapes[name])
+            for name, on in zip(shapes, asked, strict=True)
+            if on
+        }
         evaluate = partial(self._evaluate_chunk, positions, atomic_numbers, cell, wanted)
         for chunk in chunks:
             atoms, _, n_owned = chunk
@@ -109,17 +115,10 @@ class ChunkedRows:
             found, found_derived = evaluate(chunk, wrapped)
             self._gather(out, found, atoms, n_owned, n_rows)
             for name, value in found_derived.items():
-                if name == "stresses":
-                    stresses = derived.get("stresses", value.new_zeros(n_rows, 3, 3))
-                    derived[name] = stresses.index_add_(0, atoms, value)
+                if name == "stresses":  # of the chunk's rows
+                    derived[name].index_add_(0, atoms, value)
                 else:
-                    derived[name] = derived[name] + value if name in derived else value
-        if positions.requires_grad and "forces" not in derived:
-            derived["forces"] = torch.zeros_like(positions.detach())
-        if wanted.stress and "stress" not in derived:
-            derived["stress"] = positions.new_zeros(1, 3, 3)
-        if wanted.stresses and "stresses" not in derived:
-            derived["stresses"] = positions.new_zeros(n_rows, 3, 3)
+                    derived[name] += value
         if self._own_stress and "stresses" in out:
             out["stress"] = out["stresses"][:n_targets].sum(dim=0, keepdim=True)
         return out, derived

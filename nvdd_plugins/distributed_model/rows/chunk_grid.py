@@ -102,11 +102,8 @@ def fitting_chunks(
         if one_piece is None:
             if largest <= limit:
                 return partitioner, images
-            one_piece = (
-                plan.work
-                if grid == [1, 1, 1]
-                else _one_piece_work(frame, positions, n_targets, shell)
-            )
+            whole = partitioned(frame, positions, (1, 1, 1), shell)
+            one_piece = ChunkPlan.of(*whole, n_targets).work
         cost = plan.work / one_piece
         within = largest if cost <= WARNED_WORK else within
         if largest <= limit:
@@ -131,14 +128,6 @@ def fitting_chunks(
                 f"shell keeps {largest} rows"
             )
         grid[axis] = max(grid[axis] + 1, int(grid[axis] * min(2.0, largest / limit)))
-
-
-def _one_piece_work(
-    frame: DecompositionFrame, positions: torch.Tensor, n_targets: int, shell: float
-) -> float:
-    """Rows per target atom of the system as one chunk."""
-    partitioner, images = partitioned(frame, positions, (1, 1, 1), shell)
-    return ChunkPlan.of(partitioner, images, n_targets).work
 
 
 def measured_row_limit(
