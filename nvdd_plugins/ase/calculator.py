@@ -83,9 +83,11 @@ class DomainDecomposedCalculator(Calculator):
         chunk_atoms: evaluate each rank's atoms in chunks of at most this many rows, or
             "auto" (see `DomainConfig.chunk_atoms`); None: at once.
         cuda_graphs: replay the force call between neighbour-list rebuilds as one captured
-            CUDA graph (docs/cuda_graphs.md). False (default): eager calls. "auto": on for a
-            CUDA `device`, one rank, halo strategy, no `chunk_atoms`; off otherwise. True:
-            the same, with a clear error where it cannot work.
+            CUDA graph (docs/cuda_graphs.md). "auto" (default): on for a CUDA `device`, one
+            rank, halo strategy, no `chunk_atoms`, a model that weighs pairs beyond its
+            cutoff zero, while the replays save more than the captures cost; off otherwise.
+            True: the same without the payoff check, with a clear error where it cannot
+            work. False: eager calls.
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -106,7 +108,7 @@ class DomainDecomposedCalculator(Calculator):
         device: str | torch.device = "cpu",
         strategy: StrategyKind = StrategyKind.HALO,
         chunk_atoms: int | str | None = None,
-        cuda_graphs: bool | Literal["auto"] = False,
+        cuda_graphs: bool | Literal["auto"] = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
