@@ -90,6 +90,9 @@ def test_a_compiled_plan_needs_unambiguous_images() -> None:
     config = DomainConfig(cutoff=model.cutoff, skin=0.5, compile=True)
     narrow, pbc = 6.0 * torch.eye(3, dtype=torch.float64), torch.ones(3, dtype=torch.bool)
     assert ForwardPlan.of(model, SPEC_MPNN_HALO, config, 4 * narrow, pbc).skin_pairs
+    # at fixed shapes a model that prunes skin pairs when eager gets them too
+    pruning = _with_neighbors(accepts=True, prune=True)
+    assert ForwardPlan.of(pruning, SPEC_MPNN_HALO, config, 4 * narrow, pbc).skin_pairs
     with pytest.raises(ValueError, match="lower the skin or run without compile"):
         ForwardPlan.of(model, SPEC_MPNN_HALO, config, narrow, pbc)
 

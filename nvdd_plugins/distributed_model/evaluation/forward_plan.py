@@ -76,15 +76,16 @@ def _skin_pairs(
     """Whether `model` may be handed the Verlet pairs beyond its cutoff unfiltered, on a
     view built in `cell` along `pbc` (without `cell`: as the model's neighbours declare)."""
     neighbors = model.model_config.neighbor_config
-    accepts = bool(neighbors and neighbors.passes_skin_pairs(config.fixed_shapes))
+    if not (neighbors and neighbors.accepts_skin_pairs):
+        return False  # the model counts every pair it is given
     if cell is None:
-        return accepts
-    if not (accepts or config.fixed_shapes):
+        return neighbors.passes_skin_pairs(config.fixed_shapes)
+    if neighbors.prune_skin_pairs and not config.fixed_shapes:
         # Without a skin the list holds the pairs within the cutoff only, and any motion
         # rebuilds it: filtering would change nothing (but pairs at the cutoff to within
         # rounding, which such a model weighs zero).
-        return config.skin == 0.0 and bool(neighbors and neighbors.accepts_skin_pairs)
-    return accepts and images_unambiguous(cell, pbc, config.halo_width)
+        return config.skin == 0.0
+    return images_unambiguous(cell, pbc, config.halo_width)
 
 
 def require_compilable(
