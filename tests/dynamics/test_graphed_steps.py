@@ -40,17 +40,26 @@ def _system(model: BaseModelMixin) -> Batch:
     return batch
 
 
+def _graphed(
+    model: BaseModelMixin, graph: type = EagerStepGraph, required: bool = True, hooks=()
+) -> tuple[DomainParallel, Batch]:
+    """`DomainParallel(NVE)` at one rank, fixed shapes, replaying through `graph`, and its
+    partitioned system; `required` False stands for "auto" resolved on a GPU."""
+    config = DomainConfig(
+        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
+    )
+    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=list(hooks))
+    dd.dynamics.graphed.graph_factory = graph
+    dd.model._graphs_required = required
+    return dd, dd.partition(_system(model))
+
+
 def _run(
     model: BaseModelMixin, graphed: bool, steps: int = N_STEPS
 ) -> tuple[Batch, DomainParallel, _Recorder]:
     """`steps` of NVE at one rank, fixed shapes: replayed (`graphed`) or eager steps."""
-    config = DomainConfig(
-        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
-    )
     recorder = _Recorder()
-    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=[recorder])
-    dd.dynamics.graphed.graph_factory = EagerStepGraph
-    batch = dd.partition(_system(model))
+    dd, batch = _graphed(model, hooks=[recorder])
     if graphed:
         dd.run(batch, steps)
     else:
@@ -160,19 +169,11 @@ class _FailingStepGraph(EagerStepGraph):
 def test_a_step_that_cannot_be_captured() -> None:
     """With cuda_graphs=True a clear error; asked for by "auto", eager steps."""
     model = lj_model()
-    config = DomainConfig(
-        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
-    )
-    dd = DomainParallel(NVE(model, MD_DT_FS), config)
-    dd.dynamics.graphed.graph_factory = _FailingStepGraph
-    batch = dd.partition(_system(model))
+    dd, batch = _graphed(model, _FailingStepGraph)
     with pytest.raises(RuntimeError, match="cuda_graphs=True: NVE's step could not be captured"):
         dd.run(batch, 3)
     eager, _, _ = _run(model, graphed=False)
-    dd = DomainParallel(NVE(model, MD_DT_FS), config)
-    dd.dynamics.graphed.graph_factory = _FailingStepGraph
-    dd.model._graphs_required = False
-    batch = dd.partition(_system(model))
+    dd, batch = _graphed(model, _FailingStepGraph, required=False)
     dd.run(batch, N_STEPS)
     assert dd.dynamics.graphed.failure and dd.dynamics.graphed.captures == 0
     assert torch.equal(batch.positions, eager.positions)
@@ -214,14 +215,8 @@ def test_auto_captures_while_graphs_pay(graph: type[_TimedStepGraph], declines: 
     the trajectory stays the eager one either way."""
     model = lj_model()
     eager, _, eager_hook = _run(model, graphed=False)
-    config = DomainConfig(
-        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
-    )
     recorder = _Recorder()
-    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=[recorder])
-    dd.dynamics.graphed.graph_factory = graph
-    dd.model._graphs_required = False  # as "auto" resolves on a GPU
-    batch = dd.partition(_system(model))
+    dd, batch = _graphed(model, graph, required=False, hooks=[recorder])
     dd.run(batch, N_STEPS)
     graphed = dd.dynamics.graphed
     assert dd.model.rebuilds >= 3  # at least two captures were judged
@@ -232,13 +227,7 @@ def test_auto_captures_while_graphs_pay(graph: type[_TimedStepGraph], declines: 
 
 
 def test_graphs_asked_for_never_decline() -> None:
-    model = lj_model()
-    config = DomainConfig(
-        cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
-    )
-    dd = DomainParallel(NVE(model, MD_DT_FS), config)
-    dd.dynamics.graphed.graph_factory = _SlowReplayGraph
-    batch = dd.partition(_system(model))
+    dd, batch = _graphed(lj_model(), _SlowReplayGraph)
     dd.run(batch, N_STEPS)
     assert not dd.dynamics.graphed.declined and dd.dynamics.graphed.captures >= 2
 

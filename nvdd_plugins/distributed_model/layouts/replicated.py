@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 
-from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
-from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import OutputKind
 
 __all__ = ["ReplicatedModel"]
@@ -29,16 +26,8 @@ class ReplicatedModel(SubdomainModel):
             calculator's force call; `config.cuda_graphs` is resolved against it).
     """
 
-    def __init__(
-        self,
-        model: BaseModelMixin,
-        config: DomainConfig,
-        mesh: Any = None,
-        captured_steps: bool = False,
-    ) -> None:
-        super().__init__(model, config, mesh, captured_steps)
-        self._owned_ids: torch.Tensor | None = None  # of the last rebuild
-        self._owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
+    _owned_ids: torch.Tensor | None = None  # of the last rebuild
+    _owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
