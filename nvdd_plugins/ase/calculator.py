@@ -109,9 +109,8 @@ class DomainDecomposedCalculator(Calculator):
         strategy: StrategyKind = StrategyKind.HALO,
         chunk_atoms: int | str | None = None,
         cuda_graphs: bool | Literal["auto"] = "auto",
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__()  # no files: ASE's label/directory/restart arguments do not apply
         self.model = model
         self.skin = float(skin)
         self.comm = _world_communicator(comm)

@@ -16,7 +16,8 @@ from nvdd_plugins.models.base import (
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
-from nvdd_plugins.models.mace import MACEArchitecture, MACEWrapper, random_mace
+from nvdd_plugins.models.mace import MACEWrapper
+from nvdd_plugins.models.mace_builders import MACEArchitecture, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
 from nvdd_plugins.models.nequip import AllegroWrapper, NequIPWrapper
 from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
