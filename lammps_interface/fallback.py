@@ -15,6 +15,7 @@ import torch
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
+from lammps_interface.messages import notify
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import LocalCommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel, ThickShell
@@ -72,6 +73,7 @@ class RedundantBridge:
         self.n_layers = n_layers
         self.staging = staging if staging is not None else Staging(torch.device("cpu"))
         self._layout: GivenRowsModel | None = None
+        self._warned_no_pairs = False
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies (owned rows) and forces (-d E_owned / d x_row) of every row, and with
@@ -80,6 +82,7 @@ class RedundantBridge:
             no_pair_forces = np.zeros((rows.pair_i.numel(), 3)) if pair_forces else None
             return RowResults(np.zeros(rows.ntotal), np.zeros((rows.ntotal, 3)), no_pair_forces)
         self._check_ghost_list(rows)
+        self._warn_if_no_pairs(rows)
         edges, vectors = rows.edges(ghost_pairs=True)
         assert vectors is not None, "the fallback needs the rows' pair vectors"
         host_positions = positions_from_pairs(
@@ -105,6 +108,20 @@ class RedundantBridge:
             shell = ThickShell(self.n_layers)
             self._layout = GivenRowsModel(self.model, LocalCommunicator(), padding, shell=shell)
         return self._layout
+
+    def _warn_if_no_pairs(self, rows: LocalRows) -> None:
+        """Say once when ML-IAP lists no pair at all around this rank's atoms: then every atom
+        is computed as isolated, right for a dilute gas, silently wrong when the input's
+        `neigh_modify exclude` emptied the list (this mode sees only ML-IAP's pairs)."""
+        if self._warned_no_pairs or rows.pair_i.numel() > 0 or rows.nlocal < 2:
+            return
+        self._warned_no_pairs = True
+        notify(
+            f"fallback mode: ML-IAP lists no pairs around this rank's {rows.nlocal} atoms, so "
+            "each is computed as an isolated atom. If the input has `neigh_modify exclude`, "
+            "these results are wrong: remove it, or attach the LAMMPS handle (halo mode lists "
+            "its own pairs)"
+        )
 
     def _check_ghost_list(self, rows: LocalRows) -> None:
         touches_ghost = bool((rows.pair_j[rows.pair_i < rows.nlocal] >= rows.nlocal).any())

@@ -1,6 +1,6 @@
 """Fallback mode (no handle): redundant compute on a ghost shell of 3 cutoffs reproduces the
-3-layer MPNN exactly, says so on the screen, and refuses a neighbour list without ghost
-pairs."""
+3-layer MPNN exactly, says so on the screen, refuses a neighbour list without ghost
+pairs, and reports an empty one."""
 
 from __future__ import annotations
 
@@ -35,3 +35,14 @@ def test_missing_ghost_pairs_abort_all_ranks(workdir, systems) -> None:
     assert code != 0, output
     assert "needs the pairs around ghost atoms" in output
     assert "pair_style mliap unified <file> 1" in output
+
+
+def test_an_empty_pair_list_is_reported(workdir, systems) -> None:
+    """`neigh_modify exclude group all all` leaves fallback mode (which sees only ML-IAP's
+    pairs) no pairs: every atom would be isolated, so the run says so."""
+    case = model_case("fallback_exclude", "mpnn.pkl", systems["bulk_ar"], 1, exclude_pairs=True)
+    (workdir / "in.fallback_exclude").write_text(case.block())
+    code, output = run_lmp(1, workdir / "in.fallback_exclude", workdir, timeout=120)
+    assert code == 0, output
+    assert "ML-IAP lists no pairs around this rank's" in output
+    assert "`neigh_modify exclude`, these results are wrong" in output
