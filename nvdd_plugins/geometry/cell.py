@@ -9,6 +9,7 @@ of its tensor inputs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -114,11 +115,23 @@ def images_unambiguous(cell: torch.Tensor, pbc: PbcLike, reach: float) -> bool:
     vector shorter than `reach` is its own minimum image. A Verlet list at cutoff + skin may
     be handed unfiltered to a model that takes minimum images only when this holds for
     reach = cutoff + skin: otherwise a skin pair can fold onto another image of its pair."""
-    periodic = torch.tensor(_as_pbc(pbc))
-    if not bool(periodic.any()):
+    periodic = _as_pbc(pbc)
+    if not any(periodic):
         return True
-    widths = perpendicular_widths(complete_cell(cell.detach().cpu(), periodic))
-    return bool((widths[periodic] > 2.0 * reach).all())
+    host = cell.detach().cpu()
+    return _widths_exceed(tuple(host.flatten().tolist()), host.dtype, periodic, float(reach))
+
+
+@functools.lru_cache(maxsize=64)
+def _widths_exceed(
+    values: tuple[float, ...], dtype: torch.dtype, periodic: tuple[bool, bool, bool], reach: float
+) -> bool:
+    """`images_unambiguous` of the cell of `values` (row-major) in `dtype`; remembered, as a
+    rebuild asks it again of an unchanged cell (some twenty small tensor operations)."""
+    cell = torch.tensor(values, dtype=dtype).view(3, 3)
+    mask = torch.tensor(periodic)
+    widths = perpendicular_widths(complete_cell(cell, periodic))
+    return bool((widths[mask] > 2.0 * reach).all())
 
 
 def complete_cell(cell: torch.Tensor, pbc: PbcLike) -> torch.Tensor:
