@@ -153,7 +153,7 @@ def long_hot_gas(n_steps: int, world_size: int = 4, every: int = 50) -> tuple[in
     return reports[0][0], sum(migrated for _, migrated in reports)
 
 
-@pytest.mark.parametrize("n_steps", [400, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("n_steps", [200, pytest.param(1000, marks=pytest.mark.slow)])
 def test_long_hot_gas_run_at_four_ranks(n_steps: int) -> None:
     checks, migrated = long_hot_gas(n_steps)
     assert checks == n_steps // 50
