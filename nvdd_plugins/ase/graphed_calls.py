@@ -13,21 +13,18 @@ what they cost (`GraphPayoff`, as for MD steps).
 
 from __future__ import annotations
 
-import logging
 import operator
 from collections.abc import Callable, Hashable, Iterable
 
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics import CudaStepGraph, FixedShapeEvaluator, GraphPayoff, StepGraph
-
-logger = logging.getLogger(__name__)
+from nvdd_plugins.dynamics import CapturedGraphs, CudaStepGraph, FixedShapeEvaluator, StepGraph
 
 __all__ = ["GraphedCalls"]
 
 
-class GraphedCalls:
+class GraphedCalls(CapturedGraphs):
     """Replay an evaluator's fixed-shape evaluation of one batch as a captured graph.
 
     Args:
@@ -40,14 +37,9 @@ class GraphedCalls:
         evaluator: FixedShapeEvaluator,
         graph_factory: Callable[[torch.device], StepGraph] = CudaStepGraph,
     ) -> None:
+        super().__init__(graph_factory, "the calculator's force call", "calls")
         self.evaluator = evaluator
-        self.graph_factory = graph_factory
-        self.graph: StepGraph | None = None
-        self.captures = 0  # graphs captured so far
         self.replays = 0  # calls answered by a replay (kept or not)
-        self.failure: str | None = None  # why capture failed (then calls stay eager)
-        self.declined: str | None = None  # why "auto" stopped capturing (graphs did not pay)
-        self.payoff = GraphPayoff()
         self._key: tuple[Hashable, frozenset[str]] | None = None
         self._inputs: tuple[torch.Tensor, ...] = ()  # the position and cell tensors captured
         self._outputs: dict[str, torch.Tensor] = {}  # the graph's results, as captured
@@ -58,7 +50,7 @@ class GraphedCalls:
         the replay's positions need a rebuild or its results are not finite (the caller then
         evaluates eagerly). `batch` must keep its position and cell tensors between calls,
         written in place; new tensors are captured again."""
-        if self.failure or self.declined:
+        if self.stopped:
             return None
         token = self.evaluator.graph_token(batch)
         if token is None:
@@ -67,12 +59,13 @@ class GraphedCalls:
         inputs = (batch.positions, batch.cell)
         same_inputs = len(self._inputs) == 2 and all(map(operator.is_, self._inputs, inputs))
         if self.graph is None or (token, wanted) != self._key or not same_inputs:
-            if not self._still_pays():
+            required = self.evaluator.graphs_required()
+            if not self.still_pays(required):
                 return None
             try:
                 self._capture(batch, wanted)
             except RuntimeError as err:
-                self._give_up(err)
+                self.give_up(err, required)
                 return None
         assert self.graph is not None
         start = self.graph.clock()
@@ -86,22 +79,18 @@ class GraphedCalls:
 
     def _capture(self, batch: Batch, wanted: frozenset[str]) -> None:
         """Warm up on the current positions, then capture the evaluation and its flag."""
-        self.graph = None  # the old graph's memory goes before the new one is captured
-        graph = self.graph_factory(batch.positions.device)
-        start = graph.clock()
-        graph.warm_up(lambda: self._evaluate(batch, wanted))
-        eager_call = graph.clock() - start
+
+        def warm_up() -> None:
+            self._evaluate(batch, wanted)
 
         def body() -> None:
             self._outputs, self._dropped = self._evaluate(batch, wanted)
 
-        graph.capture(body)
-        self.payoff.captured(eager_call, graph.clock() - start)
+        graph = self.record(batch.positions.device, warm_up, lambda: body)
         # the warm-up may have resized the view's buffers (`graph_token` says so)
         token = self.evaluator.graph_token(batch)
         self.graph, self._key = graph, (token, wanted)
         self._inputs = (batch.positions, batch.cell)
-        self.captures += 1
 
     def _evaluate(
         self, batch: Batch, wanted: frozenset[str]
@@ -111,26 +100,3 @@ class GraphedCalls:
         stale = self.evaluator.stale_for(batch)  # after the evaluation, which may flag too
         broken = ~torch.isfinite(results["energy"].sum() + results["forces"].sum())
         return results, stale | broken
-
-    def _still_pays(self) -> bool:
-        """Whether to capture again: always with `cuda_graphs=True`; with "auto" while the
-        graphs so far saved what they cost, else calls stay eager from now on."""
-        if self.evaluator.graphs_required() or self.payoff.pays():
-            return True
-        self.graph, self._inputs = None, ()
-        self.declined = f'cuda_graphs="auto": {self.payoff}'
-        logger.info("%s; force calls run eagerly from now on", self.declined)
-        return False
-
-    def _give_up(self, err: RuntimeError) -> None:
-        """A call that cannot be captured: an error with `cuda_graphs=True`, else a warning
-        and eager calls from now on."""
-        self.graph = None
-        self.failure = f"the calculator's force call could not be captured: {err}"
-        if self.evaluator.graphs_required():
-            raise RuntimeError(
-                f"cuda_graphs=True: {self.failure}. Keep host reads and host-to-device copies "
-                'out of the model\'s forward, or pass cuda_graphs="auto" (eager calls then) '
-                "or False"
-            ) from err
-        logger.warning("%s; calls run eagerly", self.failure)

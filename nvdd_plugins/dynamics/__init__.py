@@ -10,6 +10,7 @@ from nvdd_plugins.dynamics.base import (
 )
 from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
+from nvdd_plugins.dynamics.graph_capture import CapturedGraphs
 from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import FixedShapeEvaluator
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
@@ -33,6 +34,7 @@ __all__ = [
     "NVE",
     "AttachedHook",
     "BaseDynamics",
+    "CapturedGraphs",
     "CudaStepGraph",
     "DynamicsStage",
     "Evaluator",

@@ -15,21 +15,18 @@ kernel's summation order is not fixed, e.g. atomic scatters).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
+from nvdd_plugins.dynamics.graph_capture import CapturedGraphs
 from nvdd_plugins.dynamics.stages import AttachedHook, DynamicsStage
 from nvdd_plugins.dynamics.step_graph import CudaStepGraph, StepGraph
 
 if TYPE_CHECKING:  # annotation only: BaseDynamics imports this module
     from nvdd_plugins.dynamics.base import BaseDynamics
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["FixedShapeEvaluator", "GraphedSteps", "hook_free_steps"]
 
@@ -73,7 +70,7 @@ def hook_free_steps(hooks: Sequence[AttachedHook], start: int, limit: int) -> in
     return max(free, 0)
 
 
-class GraphedSteps:
+class GraphedSteps(CapturedGraphs):
     """Take a dynamics' steps by replaying a captured step (see the module docstring).
 
     Args:
@@ -86,13 +83,8 @@ class GraphedSteps:
         dynamics: BaseDynamics,
         graph_factory: Callable[[torch.device], StepGraph] = CudaStepGraph,
     ) -> None:
+        super().__init__(graph_factory, f"{type(dynamics).__name__}'s step", "steps")
         self.dynamics = dynamics
-        self.graph_factory = graph_factory
-        self.graph: StepGraph | None = None
-        self.captures = 0  # graphs captured so far (one per rebuilt view that was replayed)
-        self.failure: str | None = None  # why capture failed (then steps stay eager)
-        self.declined: str | None = None  # why "auto" stopped capturing (graphs did not pay)
-        self.payoff = GraphPayoff()
         self._token: Hashable | None = None
         self._shared: dict[str, torch.Tensor] = {}  # fields the step reads, as captured
         self._state: dict[str, torch.Tensor] = {}  # static copies of the fields it replaces
@@ -104,7 +96,7 @@ class GraphedSteps:
         many were kept (0 when the evaluator cannot be captured now, or the first step needs
         a rebuild: the caller then takes an eager step)."""
         evaluator = self.dynamics.evaluator
-        if limit < 1 or self.failure or self.declined:
+        if limit < 1 or self.stopped:
             return 0
         if not isinstance(evaluator, FixedShapeEvaluator):
             return 0
@@ -112,12 +104,12 @@ class GraphedSteps:
         if token is None or not self.dynamics.has_current_forces(batch):
             return 0
         if self.graph is None or token != self._token or not self._same_inputs(batch):
-            if not self._still_pays(evaluator):
+            if not self.still_pays(evaluator.graphs_required()):
                 return 0
             try:
                 self._capture(batch, evaluator)
             except RuntimeError as err:
-                self._give_up(err, evaluator)
+                self.give_up(err, evaluator.graphs_required())
                 return 0
         for name, static in self._state.items():
             static.copy_(getattr(batch, name))
@@ -144,16 +136,9 @@ class GraphedSteps:
         self.payoff.replayed(kept, self.graph.clock() - start)
         return kept
 
-    def _still_pays(self, evaluator: FixedShapeEvaluator) -> bool:
-        """Whether to capture again: always when graphs were asked for (True); with "auto"
-        while the graphs so far saved what they cost (`GraphPayoff`), else steps stay eager
-        from now on."""
-        if evaluator.graphs_required() or self.payoff.pays():
-            return True
+    def _release(self) -> None:
+        """Drop the graph and the static buffers only it used."""
         self.graph, self._shared, self._state = None, {}, {}
-        self.declined = f'cuda_graphs="auto": {self.payoff}'
-        logger.info("%s; steps run eagerly from now on", self.declined)
-        return False
 
     def _same_inputs(self, batch: Batch) -> bool:
         """Whether `batch` holds the tensors the graph reads (else it is captured again)."""
@@ -177,40 +162,22 @@ class GraphedSteps:
             self._step(work, evaluator)
             replaced[:] = [name for name, value in work.fields() if value is not fields.get(name)]
 
-        self.graph = None  # the old graph's memory goes before the new one is captured
+        def prepared() -> Callable[[], None]:
+            if not set(replaced) <= fields.keys():
+                raise RuntimeError(
+                    f"{type(self.dynamics).__name__}'s step adds fields "
+                    f"{sorted(set(replaced) - fields.keys())}: it cannot be captured"
+                )
+            self._state = {name: fields[name].clone() for name in replaced}
+            self._shared = {name: value for name, value in fields.items() if name not in replaced}
+            self._flag = torch.zeros((), dtype=torch.bool, device=device)
+            self._kept = torch.zeros((), dtype=torch.int64, device=device)
+            return lambda: self._kept_step(batch, evaluator)
+
         device = batch.positions.device
-        graph = self.graph_factory(device)
-        start = graph.clock()
-        graph.warm_up(warmup)
-        eager_step = graph.clock() - start
-        if not set(replaced) <= fields.keys():
-            raise RuntimeError(
-                f"{type(self.dynamics).__name__}'s step adds fields "
-                f"{sorted(set(replaced) - fields.keys())}: it cannot be captured"
-            )
-        self._state = {name: fields[name].clone() for name in replaced}
-        self._shared = {name: value for name, value in fields.items() if name not in replaced}
-        self._flag = torch.zeros((), dtype=torch.bool, device=device)
-        self._kept = torch.zeros((), dtype=torch.int64, device=device)
-        graph.capture(lambda: self._kept_step(batch, evaluator))
-        self.payoff.captured(eager_step, graph.clock() - start)
+        graph = self.record(device, warmup, prepared)
         # the warm-up may have resized the view's buffers (`graph_token` says so)
         self.graph, self._token = graph, evaluator.graph_token(batch)
-        self.captures += 1
-
-    def _give_up(self, err: RuntimeError, evaluator: FixedShapeEvaluator) -> None:
-        """A step that cannot be captured (the model reads device values on the host, or
-        copies from unpinned host memory): an error when graphs were asked for, else a
-        warning and eager steps from now on."""
-        self.graph = None
-        self.failure = f"{type(self.dynamics).__name__}'s step could not be captured: {err}"
-        if evaluator.graphs_required():
-            raise RuntimeError(
-                f"cuda_graphs=True: {self.failure}. Keep host reads and host-to-device copies "
-                'out of the model\'s forward, or pass cuda_graphs="auto" (eager steps then) '
-                "or False"
-            ) from err
-        logger.warning("%s; its steps run eagerly", self.failure)
 
     def _kept_step(self, batch: Batch, evaluator: FixedShapeEvaluator) -> None:
         """The recorded step: the state fields are the static buffers, overwritten only
