@@ -6,7 +6,8 @@ For each backend (MACE "small", random weights, float32) and fcc Cu crystal (300
 0.5 Å, dt 1 fs), in one run:
   plain   mace-torch's own force call on a prebuilt neighbour list (`mace_cueq.plain_mace_step`:
           what a user runs without nvdd), median of --repeats calls;
-  eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False`;
+  eager   `DomainParallel(NVE)` step at one rank, `cuda_graphs=False` (`--integrator
+          langevin`: `NVTLangevin` at 300 K, friction 0.01/fs, in every DomainParallel row);
   auto    the same with `cuda_graphs="auto"` (the default): graphs while they pay;
   graphs  the same with `cuda_graphs=True`: steps between rebuilds replayed from one graph;
   replay  wall time per kept replay of the graph run (`GraphPayoff.replayed_step`: one
@@ -34,11 +35,18 @@ from mace_cueq import LATTICE, in_backend, plain_mace_step
 
 from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
-from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.dynamics import NVE, BaseDynamics, NVTLangevin
 from nvdd_plugins.models import MACEWrapper
 
 DT_FS = 1.0
 TEMPERATURE_K = 300.0
+
+
+def integrator(wrapper: MACEWrapper, args: argparse.Namespace) -> BaseDynamics:
+    """The `DomainParallel` rows' integrator (--integrator)."""
+    if args.integrator == "langevin":
+        return NVTLangevin(wrapper, DT_FS, temperature=TEMPERATURE_K, friction=0.01)
+    return NVE(wrapper, DT_FS)
 
 
 def per_step(run: Callable[[int], Any], steps: int, warmup: int, device: torch.device) -> float:
@@ -59,7 +67,7 @@ def domain_parallel_step(
     config = DomainConfig(
         cutoff=wrapper.cutoff, skin=args.skin, mesh=LocalCommunicator(), cuda_graphs=graphs
     )
-    dd = DomainParallel(NVE(wrapper, DT_FS), config)
+    dd = DomainParallel(integrator(wrapper, args), config)
     batch = dd.partition(fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, TEMPERATURE_K))
     rebuilds = dd.model.rebuilds
     seconds = per_step(lambda n: dd.run(batch, n), args.steps, args.warmup, device)
@@ -179,6 +187,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--integrator", choices=["nve", "langevin"], default="nve")
     parser.add_argument("--ase-backends", nargs="*", default=["cueq"], help="ASE rows for these")
     parser.add_argument("--json")
     args = parser.parse_args()

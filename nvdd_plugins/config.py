@@ -68,13 +68,13 @@ class DomainConfig:
             changes nothing and a thinner one is refused.
         cuda_graphs: replay the MD step between neighbour-list rebuilds as one captured CUDA
             graph (docs/cuda_graphs.md). "auto" (default): on for an integrator that can be
-            captured (`BaseDynamics.capturable`: `NVE`) with a model on a CUDA device, at one
-            rank, halo strategy, no `chunk_atoms`, for as long as the graphs save more time
-            than their captures cost (measured as the run goes: off for large systems, whose
-            steps are bound by their kernels); off otherwise, and always on the CPU. True:
-            graphs wherever they can work, with a clear error where they cannot. False: eager
-            steps. Graphs need fixed shapes, so views are then padded as with `compile`
-            (`fixed_shapes`).
+            captured (`BaseDynamics.capturable`: `NVE`, `NVTLangevin`) with a model on a
+            CUDA device, at one rank, halo strategy, no `chunk_atoms`, for as long as the
+            graphs save more time than their captures cost (measured as the run goes: off
+            for large systems, whose steps are bound by their kernels); off otherwise, and
+            always on the CPU. True: graphs wherever they can work, with a clear error where
+            they cannot. False: eager steps. Graphs need fixed shapes, so views are then
+            padded as with `compile` (`fixed_shapes`).
     """
 
     cutoff: float

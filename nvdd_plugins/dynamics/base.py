@@ -91,8 +91,9 @@ class BaseDynamics:
     # driver need not reduce the decision again
     global_convergence: bool = False
     # True when a step may be captured as a CUDA graph (`nvdd_plugins.dynamics.graphed`):
-    # pre_update and post_update replace batch fields (never write them in place), read no
-    # host state that changes between steps (the step count) and never converge
+    # pre_update and post_update replace batch fields (never write them in place), read the
+    # step count only as `step_number`, read no other host state but what `graph_inputs`
+    # names, and never converge
     capturable: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -117,6 +118,8 @@ class BaseDynamics:
         self.graphed = GraphedSteps(self)
         self.reducer: SumReducer = local_sums
         self.step_count = 0
+        # a captured step's count on the device (`step_number`); None in eager steps
+        self.device_step: torch.Tensor | None = None
         self.results: dict[str, torch.Tensor] = {}
         self._evaluated: weakref.ref[torch.Tensor] | None = None  # the forces it computed last
         self._hooks: list[AttachedHook] = []
@@ -127,6 +130,18 @@ class BaseDynamics:
     def dt_internal(self) -> float:
         """The step in ASE's internal time unit."""
         return self.dt * ase.units.fs
+
+    @property
+    def step_number(self) -> int | torch.Tensor:
+        """The step count the current step starts from: `step_count`, or in a captured step
+        a 0-d int64 tensor on the device (replays do not advance the host's count)."""
+        return self.step_count if self.device_step is None else self.device_step
+
+    def graph_inputs(self) -> tuple[Any, ...]:
+        """The host values pre_update and post_update read: a captured step holds them as
+        constants, so it is captured again when they change. Subclasses reading more (a
+        target temperature) extend it."""
+        return (self.dt,)
 
     # -- subclass interface -----------------------------------------------------------------
     def pre_update(self, batch: Batch) -> None:

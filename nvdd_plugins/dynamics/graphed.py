@@ -10,7 +10,10 @@ nothing. The host reads a device counter of the steps kept, one replay behind (t
 replay is already queued), so the device never waits for the host; the step that raised the
 flag is then taken eagerly from the last kept state, rebuilding as an eager run would. The
 trajectory is the eager one: the same kernels on the same values (to rounding where a
-kernel's summation order is not fixed, e.g. atomic scatters).
+kernel's summation order is not fixed, e.g. atomic scatters). The dynamics sees the step
+count as a device counter (`step_number`: the count the replays started from plus the steps
+kept), and the step is captured again when the host values it holds as constants
+(`graph_inputs()`: dt, a target temperature) change.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class GraphedSteps(CapturedGraphs):
         self._state: dict[str, torch.Tensor] = {}  # static copies of the fields it replaces
         self._flag = torch.zeros(())
         self._kept = torch.zeros(())
+        self._start = torch.zeros(())  # the step count the replays start from
+        self._inputs: tuple[object, ...] = ()  # the dynamics' `graph_inputs()` as captured
 
     def advance(self, batch: Batch, limit: int) -> int:
         """Take up to `limit` steps of `batch` by replaying the captured step; returns how
@@ -115,6 +120,7 @@ class GraphedSteps(CapturedGraphs):
             static.copy_(getattr(batch, name))
         self._flag.zero_()
         self._kept.zero_()
+        self._start.fill_(self.dynamics.step_count)
         kept = self._replay(limit)
         for name, static in self._state.items():
             setattr(batch, name, static.clone())
@@ -141,7 +147,10 @@ class GraphedSteps(CapturedGraphs):
         self.graph, self._shared, self._state = None, {}, {}
 
     def _same_inputs(self, batch: Batch) -> bool:
-        """Whether `batch` holds the tensors the graph reads (else it is captured again)."""
+        """Whether `batch` holds the tensors the graph reads and the dynamics' host inputs
+        are the captured ones (else it is captured again)."""
+        if self.dynamics.graph_inputs() != self._inputs:
+            return False
         fields = dict(batch.fields())
         if fields.keys() != self._shared.keys() | self._state.keys():
             return False
@@ -159,7 +168,7 @@ class GraphedSteps(CapturedGraphs):
 
         def warmup() -> None:
             work = batch.copy()
-            self._step(work, evaluator)
+            self._step(work, evaluator, None)
             replaced[:] = [name for name, value in work.fields() if value is not fields.get(name)]
 
         def prepared() -> Callable[[], None]:
@@ -172,6 +181,8 @@ class GraphedSteps(CapturedGraphs):
             self._shared = {name: value for name, value in fields.items() if name not in replaced}
             self._flag = torch.zeros((), dtype=torch.bool, device=device)
             self._kept = torch.zeros((), dtype=torch.int64, device=device)
+            self._start = torch.zeros((), dtype=torch.int64, device=device)
+            self._inputs = self.dynamics.graph_inputs()
             return lambda: self._kept_step(batch, evaluator)
 
         device = batch.positions.device
@@ -185,7 +196,7 @@ class GraphedSteps(CapturedGraphs):
         work = batch.copy()
         for name, static in self._state.items():
             setattr(work, name, static)
-        stale = self._step(work, evaluator)
+        stale = self._step(work, evaluator, self._start + self._kept)
         energy, forces = work.energy.detach(), work.forces.detach()
         broken = ~torch.isfinite(energy.sum() + forces.sum())
         dropped = self._flag | stale | broken
@@ -194,16 +205,23 @@ class GraphedSteps(CapturedGraphs):
         self._kept.add_((~dropped).to(self._kept.dtype))
         self._flag.copy_(dropped)
 
-    def _step(self, work: Batch, evaluator: FixedShapeEvaluator) -> torch.Tensor:
-        """pre_update, the stale check, the evaluation and post_update on `work`; returns
+    def _step(
+        self, work: Batch, evaluator: FixedShapeEvaluator, step: torch.Tensor | None
+    ) -> torch.Tensor:
+        """pre_update, the stale check, the evaluation and post_update on `work`, with the
+        dynamics' `step_number` the device counter `step` (None: its host count); returns
         the stale flag."""
         dynamics = self.dynamics
-        dynamics.pre_update(work)
-        results = evaluator.evaluate_fixed(work, dynamics.compute_properties)
-        stale = evaluator.stale_for(work)  # after the evaluation, which may flag too
-        work.forces = results["forces"]
-        work.energy = results["energy"]
-        if "stress" in results:
-            work.stress = results["stress"]
-        dynamics.post_update(work)
+        dynamics.device_step = step
+        try:
+            dynamics.pre_update(work)
+            results = evaluator.evaluate_fixed(work, dynamics.compute_properties)
+            stale = evaluator.stale_for(work)  # after the evaluation, which may flag too
+            work.forces = results["forces"]
+            work.energy = results["energy"]
+            if "stress" in results:
+                work.stress = results["stress"]
+            dynamics.post_update(work)
+        finally:
+            dynamics.device_step = None
         return stale

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import ase.units
 import torch
@@ -44,7 +45,8 @@ class NVTLangevin(BaseDynamics):
     """Langevin thermostat, BAOAB splitting (kick, drift, friction + noise, drift, kick).
 
     The noise of each atom is a function of (seed, step, global atom id), so the trajectory
-    is identical at any number of ranks.
+    is identical at any number of ranks; the step count it reads is `step_number`, so its
+    steps between neighbour-list rebuilds can be replayed as a CUDA graph.
 
     Args:
         model: the model wrapper.
@@ -54,6 +56,7 @@ class NVTLangevin(BaseDynamics):
         seed: noise seed.
     """
 
+    capturable = True
     required_fields = ("positions", "atomic_numbers", "atomic_masses", "velocities")
 
     def __init__(
@@ -84,10 +87,14 @@ class NVTLangevin(BaseDynamics):
         ids = batch.get("global_ids")
         if ids is None:
             ids = torch.arange(batch.num_nodes, device=batch.device)
-        noise = counter_normal(self.seed, self.step_count, ids, velocities.dtype)
+        noise = counter_normal(self.seed, self.step_number, ids, velocities.dtype)
         velocities = c1 * velocities + math.sqrt(1.0 - c1 * c1) * sigma * noise
         batch.velocities = velocities
         batch.positions = positions + 0.5 * dt * velocities
+
+    def graph_inputs(self) -> tuple[Any, ...]:
+        """dt, the target temperature, the friction and the seed."""
+        return (self.dt, self.temperature, self.friction, self.seed)
 
     def post_update(self, batch: Batch) -> None:
         """B: second half kick with the new forces."""

@@ -32,10 +32,12 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
 
 
 def counter_normal(
-    seed: int, step: int, ids: torch.Tensor, dtype: torch.dtype = torch.float64
+    seed: int, step: int | torch.Tensor, ids: torch.Tensor, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """Standard normal numbers of shape (len(ids), 3) for the atoms with global `ids`."""
-    key = _hash32(torch.tensor((seed * 0x9E3779B1 + step) & _MASK32, device=ids.device))
+    """Standard normal numbers of shape (len(ids), 3) for the atoms with global `ids`; `step`
+    may be a 0-d int64 tensor on their device (a captured step's count: no host copy)."""
+    step = torch.as_tensor(step, device=ids.device)
+    key = _hash32(step + ((seed * 0x9E3779B1) & _MASK32))
     counter = ids.long().unsqueeze(-1) * 3 + torch.arange(3, device=ids.device)
     base = _hash32(_hash32(counter ^ key) + step)
     u1 = (_hash32(base ^ 0x68E31DA4).to(dtype) + 0.5) / 2.0**32

@@ -4,6 +4,8 @@ hook windows, the step count) gives the eager trajectory bit for bit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -11,7 +13,14 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model.layouts import model as model_layout
 from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
-from nvdd_plugins.dynamics import NVE, AttachedHook, DynamicsStage, NVTLangevin
+from nvdd_plugins.dynamics import (
+    NVE,
+    AttachedHook,
+    BaseDynamics,
+    DynamicsStage,
+    NoseHoover,
+    NVTLangevin,
+)
 from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import hook_free_steps
 from nvdd_plugins.models import BaseModelMixin
@@ -40,26 +49,43 @@ def _system(model: BaseModelMixin) -> Batch:
     return batch
 
 
+def _nve(model: BaseModelMixin) -> BaseDynamics:
+    return NVE(model, MD_DT_FS)
+
+
+def _langevin(model: BaseModelMixin) -> BaseDynamics:
+    return NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.05, seed=7)
+
+
 def _graphed(
-    model: BaseModelMixin, graph: type = EagerStepGraph, required: bool = True, hooks=()
+    model: BaseModelMixin,
+    graph: type = EagerStepGraph,
+    required: bool = True,
+    hooks=(),
+    dynamics: Callable[[BaseModelMixin], BaseDynamics] = _nve,
 ) -> tuple[DomainParallel, Batch]:
-    """`DomainParallel(NVE)` at one rank, fixed shapes, replaying through `graph`, and its
-    partitioned system; `required` False stands for "auto" resolved on a GPU."""
+    """`DomainParallel(dynamics(model))` at one rank, fixed shapes, replaying through
+    `graph`, and its partitioned system; `required` False stands for "auto" resolved on a
+    GPU."""
     config = DomainConfig(
         cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
     )
-    dd = DomainParallel(NVE(model, MD_DT_FS), config, hooks=list(hooks))
+    dd = DomainParallel(dynamics(model), config, hooks=list(hooks))
     dd.dynamics.graphed.graph_factory = graph
     dd.model._graphs_required = required
     return dd, dd.partition(_system(model))
 
 
 def _run(
-    model: BaseModelMixin, graphed: bool, steps: int = N_STEPS
+    model: BaseModelMixin,
+    graphed: bool,
+    steps: int = N_STEPS,
+    dynamics: Callable[[BaseModelMixin], BaseDynamics] = _nve,
 ) -> tuple[Batch, DomainParallel, _Recorder]:
-    """`steps` of NVE at one rank, fixed shapes: replayed (`graphed`) or eager steps."""
+    """`steps` of `dynamics` (NVE) at one rank, fixed shapes: replayed (`graphed`) or eager
+    steps."""
     recorder = _Recorder()
-    dd, batch = _graphed(model, hooks=[recorder])
+    dd, batch = _graphed(model, hooks=[recorder], dynamics=dynamics)
     if graphed:
         dd.run(batch, steps)
     else:
@@ -78,17 +104,20 @@ def _mace() -> BaseModelMixin:
 
 
 @pytest.mark.parametrize(
-    ("make_model", "steps"),
+    ("make_model", "steps", "dynamics"),
     [
-        (lj_model, N_STEPS),
-        (mpnn_model, N_STEPS),
-        pytest.param(_mace, 20, marks=[pytest.mark.mace, pytest.mark.slow]),
+        (lj_model, N_STEPS, _nve),
+        (mpnn_model, N_STEPS, _nve),
+        (lj_model, N_STEPS, _langevin),
+        pytest.param(_mace, 20, _nve, marks=[pytest.mark.mace, pytest.mark.slow]),
     ],
-    ids=["lj", "mpnn", "mace"],
+    ids=["lj", "mpnn", "lj-langevin", "mace"],
 )
-def test_replayed_steps_equal_eager_steps(make_model, steps: int) -> None:
-    eager, eager_dd, eager_hook = _run(make_model(), graphed=False, steps=steps)
-    replayed, dd, hook = _run(make_model(), graphed=True, steps=steps)
+def test_replayed_steps_equal_eager_steps(make_model, steps: int, dynamics) -> None:
+    """Langevin's noise is a function of the step count, a device counter in replays: a
+    replay reading the count the replays started from would repeat one step's noise."""
+    eager, eager_dd, eager_hook = _run(make_model(), graphed=False, steps=steps, dynamics=dynamics)
+    replayed, dd, hook = _run(make_model(), graphed=True, steps=steps, dynamics=dynamics)
     assert dd.model.rebuilds >= 3  # the run crosses rebuilds
     assert dd.model.rebuilds == eager_dd.model.rebuilds
     # a graph per view replayed (a view stale at its first replayed step has none)
@@ -117,7 +146,7 @@ def test_graphs_default_to_auto() -> None:
     assert OneProcessEvaluator.cuda_graphs == "auto"
 
 
-def test_auto_is_off_on_the_cpu_and_for_langevin() -> None:
+def test_auto_is_off_on_the_cpu() -> None:
     model = lj_model()
     config = DomainConfig(
         cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs="auto"
@@ -133,9 +162,9 @@ def test_true_where_it_cannot_work_is_refused() -> None:
     with pytest.raises(ValueError, match="cuda_graphs must be"):
         DomainConfig(cutoff=6.0, cuda_graphs="yes")
     config = DomainConfig(cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True)
-    langevin = NVTLangevin(model, MD_DT_FS, temperature=300.0, friction=0.01)
+    nose_hoover = NoseHoover(model, MD_DT_FS, temperature=300.0, tdamp=100.0)
     with pytest.raises(ValueError, match="integrator whose step can be captured"):
-        DomainParallel(langevin, config)
+        DomainParallel(nose_hoover, config)
     chunked = DomainConfig(
         cutoff=model.cutoff, mesh=LocalCommunicator(), cuda_graphs=True, chunk_atoms=50
     )
@@ -145,6 +174,19 @@ def test_true_where_it_cannot_work_is_refused() -> None:
     batch = dd.partition(hot_bulk())
     with pytest.raises(ValueError, match="needs the model and atoms on a CUDA device"):
         dd.run(batch, 3)
+
+
+def test_a_changed_host_input_is_captured_again() -> None:
+    """A captured step holds the temperature as a constant: changing it captures again."""
+    dd, batch = _graphed(lj_model(), dynamics=_langevin)
+    dd.run(batch, 5)
+    graphed = dd.dynamics.graphed
+    captures = graphed.captures
+    graphed.advance(batch, 1)
+    assert graphed.captures == captures
+    dd.dynamics.temperature = 600.0
+    graphed.advance(batch, 1)
+    assert graphed.captures == captures + 1
 
 
 def test_a_subclass_changing_the_update_is_not_captured() -> None:

@@ -1,10 +1,11 @@
 """NVE steps replayed from a captured CUDA graph equal the eager steps at the same fixed
-shapes, across neighbour-list rebuilds, for LJ, e3nn MACE and cuEquivariance MACE
-(float64), under `DomainParallel` at one rank and in one process (the integrator's own
-engine). Equal to rounding, not bit for bit: scatters into atom rows use atomics on the GPU,
-whose summation order varies from run to run (eager against eager as well). The MPNN reads
-the periodic axes on the host in every forward (minimum image), so its step cannot be
-captured: an error with cuda_graphs=True, eager steps with "auto"."""
+shapes, across neighbour-list rebuilds, for LJ, e3nn MACE and cuEquivariance MACE (float64),
+and so do Langevin steps (noise from a device step counter), under `DomainParallel` at one
+rank and in one process (the integrator's own engine). Equal to rounding, not bit for bit:
+scatters into atom rows use atomics on the GPU, whose summation order varies from run to run
+(eager against eager as well). The MPNN reads the periodic axes on the host in every forward
+(minimum image), so its step cannot be captured: an error with cuda_graphs=True, eager steps
+with "auto"."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
-from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.dynamics import NVE, BaseDynamics, NVTLangevin
 from nvdd_plugins.models import BaseModelMixin
 from tests.helpers.step_graphs import stepped_then_run
 from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model, mpnn_model
@@ -57,15 +58,22 @@ def _system(name: str) -> Batch:
     return batch.to("cuda")
 
 
-def _domain_parallel(name: str) -> list[tuple[Batch, DomainParallel]]:
-    """Eager steps, then a replayed run, of `DomainParallel(NVE)` with cuda_graphs=True."""
+def _langevin(model: BaseModelMixin, dt: float) -> BaseDynamics:
+    return NVTLangevin(model, dt, temperature=600.0, friction=0.05, seed=11)
+
+
+def _domain_parallel(
+    name: str, integrator: Callable[[BaseModelMixin, float], BaseDynamics] = NVE
+) -> list[tuple[Batch, DomainParallel]]:
+    """Eager steps, then a replayed run, of `DomainParallel(integrator)` with
+    cuda_graphs=True."""
     model = MODELS[name]()
     config = DomainConfig(
         cutoff=model.cutoff, skin=MD_SKIN, mesh=LocalCommunicator(), cuda_graphs=True
     )
 
     def make() -> tuple[Batch, DomainParallel]:
-        dd = DomainParallel(NVE(model, DT_FS), config)
+        dd = DomainParallel(integrator(model, DT_FS), config)
         return dd.partition(_system(name)), dd
 
     return stepped_then_run(make, N_STEPS)
@@ -89,6 +97,17 @@ def test_domain_parallel_replays_equal_eager_steps(name: str) -> None:
     deviation = _deviation(replayed, eager)
     print(f"{name}: {rebuilds} rebuilds, max deviation {deviation:.3g}", flush=True)
     assert deviation <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["lj", "mace_cueq"])
+def test_langevin_replays_equal_eager_steps(name: str) -> None:
+    """The noise of a replayed step is that of its own step count, as in eager steps."""
+    if not _has(*NEEDS.get(name, ())):
+        pytest.skip(f"needs {NEEDS[name]}")
+    (eager, eager_dd), (replayed, dd) = _domain_parallel(name, _langevin)
+    assert dd.model.rebuilds == eager_dd.model.rebuilds >= 2
+    assert dd.dynamics.graphed.captures >= 2 and dd.dynamics.step_count == N_STEPS
+    assert _deviation(replayed, eager) <= TOLERANCE
 
 
 def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:

@@ -60,9 +60,7 @@ class SubdomainModel(nn.Module):
             self.comm = TimedCommunicator(self.comm)
         neighbors = model.model_config.neighbor_config
         needs = {
-            "an integrator whose step can be captured (BaseDynamics.capturable: NVE)": (
-                captured_steps
-            ),
+            "an integrator whose step can be captured (BaseDynamics.capturable)": captured_steps,
             "one rank (multi-rank capture is not implemented)": self.comm.size == 1,
             "a model weighing pairs beyond its cutoff zero (accepts_skin_pairs)": bool(
                 neighbors and neighbors.accepts_skin_pairs
