@@ -41,15 +41,17 @@ class CudaStepGraph:
                 'pass cuda_graphs="auto" (off on the CPU) or False'
             )
         self.graph = torch.cuda.CUDAGraph()
+        # one side stream for every warm-up of this graph: a later warm-up reuses the blocks
+        # the caching allocator keeps for that stream
+        self.side = torch.cuda.Stream(device)
 
     def warm_up(self, fn: Callable[[], None]) -> None:
         """Run `fn` on a side stream (lazy initialisations, kernel libraries tuning
         themselves per shape happen outside the capture)."""
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
             fn()
-        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.current_stream().wait_stream(self.side)
 
     def capture(self, body: Callable[[], None]) -> None:
         """Capture `body` (on a side stream, as `torch.cuda.graph` does)."""

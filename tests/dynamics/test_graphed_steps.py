@@ -249,8 +249,24 @@ class _SlowReplayGraph(_TimedStepGraph):
     replay_s = 0.010
 
 
+class _OneOffCostGraph(_SlowReplayGraph):
+    """Kernel-bound replays, and each graph's first warm-up also pays one-off costs (memory
+    allocated afresh, kernels tuning themselves) worth ten eager steps."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.warmed = False
+
+    def warm_up(self, fn) -> None:
+        if not self.warmed:
+            self.now += 10 * self.warm_up_s
+        self.warmed = True
+        super().warm_up(fn)
+
+
 @pytest.mark.parametrize(
-    ("graph", "declines"), [(_TimedStepGraph, False), (_SlowReplayGraph, True)]
+    ("graph", "declines"),
+    [(_TimedStepGraph, False), (_SlowReplayGraph, True), (_OneOffCostGraph, True)],
 )
 def test_auto_captures_while_graphs_pay(graph: type[_TimedStepGraph], declines: bool) -> None:
     """ "auto" stops capturing once the replays so far saved less than their captures cost;
@@ -324,3 +340,7 @@ def test_graph_payoff_weighs_captures_against_replays() -> None:
     payoff.replayed(kept=3, seconds=0.006)  # 40 ms saved in all
     assert payoff.pays() and payoff.replayed_step == pytest.approx(0.002)
     assert "1 captures cost 0.030 s" in str(payoff)
+    # a warm-up slowed by one-off costs does not stand for the eager step
+    payoff.captured(eager_step=0.500, seconds=0.520)
+    assert payoff.eager_step == 0.010 and payoff.saved == pytest.approx(0.040)
+    assert not payoff.pays()
