@@ -32,8 +32,11 @@ DT_FS = 2.0
 TOLERANCE = 1e-9  # Å and Å/(ASE time): rounding of float64 atomics, grown over N_STEPS
 
 
-def _has(*modules: str) -> bool:
-    return all(importlib.util.find_spec(name) is not None for name in modules)
+def _skip_without(name: str) -> None:
+    """Skip the test when a package model `name` needs is not installed."""
+    needs = NEEDS.get(name, ())
+    if not all(importlib.util.find_spec(module) is not None for module in needs):
+        pytest.skip(f"needs {', '.join(needs)}")
 
 
 def _mace(cueq: bool) -> BaseModelMixin:
@@ -87,8 +90,7 @@ def _deviation(a: Batch, b: Batch) -> float:
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_domain_parallel_replays_equal_eager_steps(name: str) -> None:
-    if not _has(*NEEDS.get(name, ())):
-        pytest.skip(f"needs {NEEDS[name]}")
+    _skip_without(name)
     (eager, eager_dd), (replayed, dd) = _domain_parallel(name)
     rebuilds = dd.model.rebuilds
     assert rebuilds >= 2 and rebuilds == eager_dd.model.rebuilds
@@ -102,8 +104,7 @@ def test_domain_parallel_replays_equal_eager_steps(name: str) -> None:
 @pytest.mark.parametrize("name", ["lj", "mace_cueq"])
 def test_langevin_replays_equal_eager_steps(name: str) -> None:
     """The noise of a replayed step is that of its own step count, as in eager steps."""
-    if not _has(*NEEDS.get(name, ())):
-        pytest.skip(f"needs {NEEDS[name]}")
+    _skip_without(name)
     (eager, eager_dd), (replayed, dd) = _domain_parallel(name, _langevin)
     assert dd.model.rebuilds == eager_dd.model.rebuilds >= 2
     assert dd.dynamics.graphed.captures >= 2 and dd.dynamics.step_count == N_STEPS
@@ -117,8 +118,7 @@ def _one_process(model: BaseModelMixin, name: str) -> list[tuple[Batch, NVE]]:
 
 def test_one_process_integrator_replays_equal_eager_steps() -> None:
     """cuda_graphs "auto" in one process is on for a model on the GPU."""
-    if not _has(*NEEDS["mace_cueq"]):
-        pytest.skip(f"needs {NEEDS['mace_cueq']}")
+    _skip_without("mace_cueq")
     (eager, _), (replayed, dynamics) = _one_process(MODELS["mace_cueq"](), "mace_cueq")
     assert dynamics.graphed.captures >= 2
     assert _deviation(replayed, eager) <= TOLERANCE
