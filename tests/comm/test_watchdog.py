@@ -78,7 +78,13 @@ def test_whereabouts_names_the_users_line_and_the_library_it_waits_in() -> None:
 
 LAUNCHERS = {
     "mpirun": ["mpirun", "-n", "2", sys.executable, "-m", "mpi4py"],
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"],
+    "torchrun": [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ],
 }
 CASES = {
     # rank 0 waits in ASE's broadcast (thermalize_momenta without comm=DummyMPI())
