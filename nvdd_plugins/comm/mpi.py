@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
+from nvdd_plugins.comm.launch import abort_job
 from nvdd_plugins.comm.staging import Staging
 from nvdd_plugins.comm.watchdog import mpi_watch
 
@@ -89,3 +91,8 @@ class MPICommunicator(Communicator):
         """`Barrier`."""
         with self._watch.call("barrier"):
             self.comm.Barrier()
+
+    def end_job(self, message: str) -> NoReturn:
+        """Print `message` and abort every rank of MPI's world."""
+        sys.stderr.write(f"[rank{self.rank}]: {message}\n")
+        abort_job(mpi=True)
