@@ -10,6 +10,8 @@ The shell width cannot be read without the handle; only a missing ghost list is 
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 from scipy.sparse import coo_array
@@ -120,7 +122,9 @@ class RedundantBridge:
             f"fallback mode: ML-IAP lists no pairs around this rank's {rows.nlocal} atoms, so "
             "each is computed as an isolated atom. If the input has `neigh_modify exclude`, "
             "these results are wrong: remove it, or attach the LAMMPS handle (halo mode lists "
-            "its own pairs)"
+            "its own pairs)",
+            logging.WARNING,
+            every_rank=True,
         )
 
     def _check_ghost_list(self, rows: LocalRows) -> None:

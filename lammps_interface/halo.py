@@ -17,9 +17,9 @@ the other steps, cannot give wrong per-atom virials).
 from __future__ import annotations
 
 import torch
-from lammps import lammps
 
 from lammps_interface.handle import read_atoms, require_metal_units
+from lammps_interface.lammps_python import lammps
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel

