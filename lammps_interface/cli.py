@@ -17,11 +17,20 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 METAL_SKIN = 2.0  # LAMMPS's default neighbour skin in metal units, Å
 
 
+EXAMPLES = """examples:
+  python -m lammps_interface --lj 0.0104 3.4 8.5 --shift --elements Ar -o lj.pkl
+  python -m lammps_interface --mpnn-seed 0 --cutoff 4.5 --elements Ar -o mpnn.pkl
+  python -m lammps_interface --mace model.pt --elements Cu -o mace.pkl
+then, in the input script (units metal), the lines it prints, and: mpirun -n 2 lmp -in in.x"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m lammps_interface",
         description="Write an nvdd model as a pickle for `pair_style mliap unified <file> 0` "
         "(units metal) and print the input-script lines that load it.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kind = parser.add_mutually_exclusive_group(required=True)
     kind.add_argument(
