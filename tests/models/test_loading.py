@@ -44,5 +44,5 @@ def test_files_of_other_packages_get_no_hint(tmp_path, monkeypatch) -> None:
 
 
 def test_mace_wrapper_given_a_path_names_from_file() -> None:
-    with pytest.raises(TypeError, match=r"got str: load a saved model with MACEWrapper\.from_file"):
+    with pytest.raises(TypeError, match=r"got a str; .*use MACEWrapper\.from_file\(path\)"):
         MACEWrapper("model.pt")
