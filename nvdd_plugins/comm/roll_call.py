@@ -45,43 +45,55 @@ def _encode(answer: Answer) -> bytes:
 
 
 class StoreRollCall:
-    """Questions as counters in a torch.distributed store (`PrefixStore` of the group),
-    answers as keys: `asked/<rank>` counts the questions to a rank, `answer/<rank>` holds its
-    latest answer with the count it answered."""
+    """Questions as counters in the default store of torch.distributed (under a prefix of
+    the group), answers as keys: `asked/<rank>` counts the questions to a rank,
+    `answer/<rank>` holds its latest answer with the count it answered.
 
-    def __init__(self, store: Any, rank: int) -> None:
-        self.store = store
+    The store is looked up at each use, never kept: a reference held here would outlive the
+    process group and change when the store's server is torn down.
+    """
+
+    def __init__(self, prefix: str, rank: int) -> None:
+        self.prefix = prefix
         self.rank = rank
         self._answered = 0
 
+    def _store(self) -> Any | None:
+        if not dist.is_initialized():  # the store may have gone with the rank that kept it
+            return None
+        return dist.PrefixStore(self.prefix, dist.distributed_c10d._get_default_store())
+
     def serve(self, answer: Callable[[], Answer]) -> None:
-        """Answer when the question count grew (not once the process group is gone: its
-        store may have gone with the rank that kept it)."""
-        if not dist.is_initialized():
+        """Answer when the question count grew."""
+        store = self._store()
+        if store is None:
             return
-        asked = int(self.store.add(f"asked/{self.rank}", 0))
+        asked = int(store.add(f"asked/{self.rank}", 0))
         if asked > self._answered:
-            self.store.set(f"answer/{self.rank}", _encode({**answer(), "asked": asked}))
+            store.set(f"answer/{self.rank}", _encode({**answer(), "asked": asked}))
             self._answered = asked
 
     def ask(
         self, peers: Iterable[int], wait_s: float, serve: Callable[[], None]
     ) -> dict[int, Answer | None]:
         """Count a question to each peer, then wait for answers that count it."""
-        tickets = {q: int(self.store.add(f"asked/{q}", 1)) for q in peers}
+        store = self._store()
+        if store is None:
+            return dict.fromkeys(peers)
+        tickets = {q: int(store.add(f"asked/{q}", 1)) for q in peers}
         answers: dict[int, Answer | None] = dict.fromkeys(tickets)
         deadline = time.monotonic() + wait_s
         while any(a is None for a in answers.values()) and time.monotonic() < deadline:
             serve()
             for q in [q for q, a in answers.items() if a is None]:
-                if self.store.check([f"answer/{q}"]):
-                    answer = json.loads(self.store.get(f"answer/{q}"))
+                if store.check([f"answer/{q}"]):
+                    answer = json.loads(store.get(f"answer/{q}"))
                     answers[q] = answer if answer.get("asked", 0) >= tickets[q] else None
             time.sleep(_POLL_S)
         return answers
 
     def close(self) -> None:
-        """Nothing to release (the store belongs to the process group)."""
+        """Nothing to release."""
 
 
 class MPIRollCall:

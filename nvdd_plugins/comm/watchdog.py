@@ -178,7 +178,7 @@ class _Watchdog:
     def _run(self) -> None:
         while True:
             limit = collective_timeout_s()
-            if self._stop.wait(min(1.0, max(0.05, (limit or 10.0) / 10))):
+            if self._stop.wait(min(1.0, max(0.05, (limit or 10.0) / 10))) or sys.is_finalizing():
                 return
             self.serve()
             call = self.current
@@ -267,18 +267,12 @@ def _under_mpirun() -> bool:
 
 def torch_watch(group: Any, rank: int, size: int) -> Watch:
     """The `Watch` of a torch.distributed group (None: the world), asking its peers
-    through the process group's store."""
+    through the default store of torch.distributed."""
     ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
     if ranks not in _TORCH_WATCHES:
-        roll_call, store = None, None
-        if watching(size):
-            try:
-                store = dist.distributed_c10d._get_default_store()
-            except (AttributeError, RuntimeError, ValueError):  # no default store to share
-                store = None
-        if store is not None:
-            prefix = "nvdd_watchdog/" + "-".join(map(str, ranks)) + "/"
-            roll_call = StoreRollCall(dist.PrefixStore(prefix, store), rank)
+        roll_call = None
+        if watching(size) and hasattr(dist.distributed_c10d, "_get_default_store"):
+            roll_call = StoreRollCall("nvdd_watchdog/" + "-".join(map(str, ranks)) + "/", rank)
         _TORCH_WATCHES[ranks] = Watch(rank, size, roll_call, _under_mpirun())
     return _TORCH_WATCHES[ranks]
 
