@@ -119,3 +119,16 @@ def test_docs_name_no_path_outside_the_repository(document: Path) -> None:
         if target and not re.match(r"[a-z]+:", target):
             resolved = (document.parent / target).resolve()
             assert resolved.is_relative_to(REPO) and resolved.exists(), f"link {link}"
+
+
+def test_the_readme_answers_the_lammps_users_questions() -> None:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## LAMMPS: coming from mace-torch or SevenNet")[1].split("\n## ")[0]
+    routes = ("pair_style mace", "--format=mliap", "e3gnn", "python -m lammps_interface --mace")
+    for route in routes:
+        assert route in section, route
+    assert "PYTHONPATH" in section and "loop geom" in section
+    assert (
+        "velocity        all create 80 4928459 loop geom"
+        in (REPO / "examples" / "lammps" / "in.mpnn").read_text()
+    )

@@ -46,3 +46,11 @@ def test_files_of_other_packages_get_no_hint(tmp_path, monkeypatch) -> None:
 def test_mace_wrapper_given_a_path_names_from_file() -> None:
     with pytest.raises(TypeError, match=r"got a str; .*use MACEWrapper\.from_file\(path\)"):
         MACEWrapper("model.pt")
+
+
+def test_the_readme_names_every_loader() -> None:
+    from tests.helpers.multiprocess import REPO
+
+    table = (REPO / "README.md").read_text().split("**Loading a saved model.**")[1].split("\n\n")[1]
+    for loader in LOADERS.values():
+        assert f"`{loader}`" in table, loader
