@@ -15,7 +15,7 @@ import pytest
 from nvdd_plugins.comm import collective_timeout_s, set_collective_timeout, watchdog
 from nvdd_plugins.comm.stall_report import stall_message
 from nvdd_plugins.comm.whereabouts import whereabouts
-from tests.helpers.multiprocess import REPO, run_command
+from tests.helpers.multiprocess import REPO, TWO_RANKS, run_command
 
 SCRIPT = REPO / "tests" / "multiprocess" / "mpi_scripts" / "stalls.py"
 LIMIT_S = 3
@@ -76,16 +76,7 @@ def test_whereabouts_names_the_users_line_and_the_library_it_waits_in() -> None:
     assert re.search(r"test_watchdog\.py:\d+ in .*, inside json/decoder\.py:\d+", seen[0])
 
 
-LAUNCHERS = {
-    "mpirun": ["mpirun", "-n", "2", sys.executable, "-m", "mpi4py"],
-    "torchrun": [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-    ],
-}
+LAUNCHERS = {**TWO_RANKS, "mpirun": [*TWO_RANKS["mpirun"], "-m", "mpi4py"]}
 CASES = {
     # rank 0 waits in ASE's broadcast (thermalize_momenta without comm=DummyMPI())
     "ase_collective": (
