@@ -47,19 +47,29 @@ def _spline_moduli(size: int, order: int, like: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class PME:
     """Smooth particle-mesh Ewald: splitting parameter `alpha` (1/Å), `mesh` points along
-    the three cell vectors, B-spline `order` (even, >= 4); the real-space cutoff is the
-    model's. `for_cell` sizes the mesh by a spacing."""
+    the three cell vectors, B-spline `order`; the real-space cutoff is the model's.
+    `scheme` "spme" is Essmann's (the B-spline deconvolution |b(m)|², even orders >= 4);
+    "nvalchemiops" the PME of nvalchemi-toolkit-ops 0.5, which aimnet's calculator uses
+    (with order 5): deconvolution by the splines' transform (sinc(m1/n1) sinc(m2/n2)
+    sinc(m3/n3))^(2 order), stencil weights <= 1e-8 left out of the sums (not of their
+    gradients), orders 2 to 6. `for_cell`
+    sizes the mesh by a spacing."""
 
     alpha: float
     mesh: tuple[int, int, int]
     order: int = 6
+    scheme: str = "spme"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mesh", tuple(int(n) for n in self.mesh))
         if not self.alpha > 0:
             raise ValueError(f"alpha must be > 0 (1/Å), got {self.alpha!r}")
-        if self.order < 4 or self.order % 2:
-            raise ValueError(f"the B-spline order must be even and >= 4, got {self.order!r}")
+        if self.scheme not in ("spme", "nvalchemiops"):
+            raise ValueError(f"scheme must be 'spme' or 'nvalchemiops', got {self.scheme!r}")
+        if self.scheme == "spme" and (self.order < 4 or self.order % 2):
+            raise ValueError(f"SPME's B-spline order must be even and >= 4, got {self.order!r}")
+        if self.scheme == "nvalchemiops" and not 2 <= self.order <= 6:
+            raise ValueError(f"nvalchemiops' PME takes B-spline orders 2 to 6, got {self.order!r}")
         if len(self.mesh) != 3 or min(self.mesh) < self.order:
             raise ValueError(f"mesh needs 3 sizes of at least order={self.order}, got {self.mesh}")
 
@@ -100,7 +110,9 @@ class PME:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat mesh indices (n, order³) each atom touches, and its spline weights there."""
         p = self.order
-        scaled = positions @ inverse * positions.new_tensor(self.mesh)
+        # centred splines (a charge at mesh coordinate s weighs point g by M(s - g + p/2)):
+        # for even orders a roll of the mesh by p/2, which leaves the energies as they are
+        scaled = positions @ inverse * positions.new_tensor(self.mesh) + 0.5 * p
         base = scaled.detach().floor()
         weights = bspline_weights(scaled - base, p)  # (n, 3, p): point base - j gets M(t + j)
         steps = torch.arange(p, device=positions.device)
@@ -109,8 +121,10 @@ class PME:
         flat = (points[:, 0, :, None] * sizes[1] + points[:, 1, None, :]) * sizes[2]
         flat = flat[:, :, :, None] + points[:, 2, None, None, :]
         product = weights[:, 0, :, None, None] * weights[:, 1, None, :, None]
-        product = product * weights[:, 2, None, None, :]
-        return flat.reshape(-1, p**3), product.reshape(-1, p**3)
+        product = (product * weights[:, 2, None, None, :]).reshape(-1, p**3)
+        if self.scheme == "nvalchemiops":  # its kernels skip the value, not the gradient
+            product = torch.where(product > 1e-8, product, product - product.detach())
+        return flat.reshape(-1, p**3), product
 
     def _kernel(self, inverse: torch.Tensor, volume: torch.Tensor) -> torch.Tensor:
         """The Ewald kernel 4 pi exp(-k² / 4 alpha²) / (V k²) times the spline moduli on the
@@ -127,7 +141,12 @@ class PME:
         origin = (m == 0).all(dim=-1)
         k2 = torch.where(origin, 1.0, k2)
         kernel = 4.0 * math.pi / volume * torch.exp(-k2 / (4.0 * self.alpha**2)) / k2
-        moduli = [_spline_moduli(n, self.order, like) for n in self.mesh]
-        kernel = kernel * moduli[0][:, None, None] * moduli[1][None, :, None]
-        kernel = kernel * moduli[2][: n3 // 2 + 1][None, None, :]
+        if self.scheme == "nvalchemiops":
+            sincs = [torch.special.sinc(axis / n) for axis, n in zip(axes, self.mesh, strict=True)]
+            product = sincs[0][:, None, None] * sincs[1][None, :, None] * sincs[2][None, None, :]
+            kernel = kernel / product.pow(self.order).clamp_min(1e-10).square()
+        else:
+            moduli = [_spline_moduli(n, self.order, like) for n in self.mesh]
+            kernel = kernel * moduli[0][:, None, None] * moduli[1][None, :, None]
+            kernel = kernel * moduli[2][: n3 // 2 + 1][None, None, :]
         return torch.where(origin, 0.0, kernel)
