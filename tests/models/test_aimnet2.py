@@ -171,3 +171,18 @@ def test_unknown_species_raise() -> None:
     model.__dict__["_metadata"]["implemented_species"] = [1, 6]
     with pytest.raises(ValueError, match=r"no parameters for O \(8\), Au \(79\)"):
         evaluate_model(AIMNet2Wrapper(model), Batch.from_atoms(atoms))
+
+
+def test_lammps_refuses_a_lattice_sum_naming_the_alternatives() -> None:
+    """ML-IAP hands a model atoms and neighbour pairs only: no reciprocal sum (nor a SumModel
+    holding one) can run through `pair_style mliap unified`."""
+    pytest.importorskip("lammps")
+    from lammps_interface import MLIAPModel
+    from nvdd_plugins.models import SumModel
+
+    atoms = with_species(SYSTEMS["bulk"]())
+    wrapper, _ = lattice_case("pme", atoms)
+    for model in (wrapper, SumModel(wrapper, AIMNet2Wrapper(tiny_aimnet2(seed=1)))):
+        with pytest.raises(ValueError, match="reciprocal-space term") as raised:
+            MLIAPModel(model, ["H", "C", "O"])
+        assert "DomainParallel or the ASE calculator" in str(raised.value)
