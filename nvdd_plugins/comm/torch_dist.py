@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -73,6 +73,24 @@ class TorchDistCommunicator(Communicator):
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
         return {p: b.to(template.device) for p, b in buffers.items()}
+
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`torch.distributed.all_to_all` (list form: the tensors may differ in rows)."""
+        if len(sends) != self.size or len(recv_counts) != self.size:
+            raise ValueError(f"need one tensor and one count per rank ({self.size})")
+        device = self.staging_device or template.device
+        staged = [self._stage(t) for t in sends]
+        buffers = [
+            torch.empty((c, *template.shape[1:]), dtype=template.dtype, device=device)
+            for c in recv_counts
+        ]
+        dist.all_to_all(buffers, staged, group=self.group)
+        return [b.to(template.device) for b in buffers]
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """`torch.distributed.all_reduce` on a copy."""
