@@ -80,17 +80,22 @@ class TorchDistCommunicator(Communicator):
         recv_counts: Sequence[int],
         template: torch.Tensor,
     ) -> list[torch.Tensor]:
-        """`torch.distributed.all_to_all` (list form: the tensors may differ in rows)."""
+        """`torch.distributed.all_to_all_single` with uneven splits of the rows."""
         if len(sends) != self.size or len(recv_counts) != self.size:
             raise ValueError(f"need one tensor and one count per rank ({self.size})")
         device = self.staging_device or template.device
-        staged = [self._stage(t) for t in sends]
-        buffers = [
-            torch.empty((c, *template.shape[1:]), dtype=template.dtype, device=device)
-            for c in recv_counts
-        ]
-        dist.all_to_all(buffers, staged, group=self.group)
-        return [b.to(template.device) for b in buffers]
+        staged = torch.cat([self._stage(t.reshape(-1, *template.shape[1:])) for t in sends])
+        received = torch.empty(
+            (sum(recv_counts), *template.shape[1:]), dtype=template.dtype, device=device
+        )
+        dist.all_to_all_single(
+            received,
+            staged,
+            output_split_sizes=list(recv_counts),
+            input_split_sizes=[int(t.shape[0]) for t in sends],
+            group=self.group,
+        )
+        return list(received.to(template.device).split(list(recv_counts)))
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """`torch.distributed.all_reduce` on a copy."""
