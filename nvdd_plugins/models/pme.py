@@ -166,9 +166,12 @@ class PME:
             torch.fft.fftfreq(n2, 1.0 / n2, dtype=like.dtype, device=like.device),
             torch.fft.rfftfreq(n3, 1.0 / n3, dtype=like.dtype, device=like.device),
         ]
-        m = torch.stack(torch.meshgrid(axes[0], axes[1][rows], axes[2], indexing="ij"), dim=-1)
-        k2 = (2.0 * math.pi * m @ inverse.T).square().sum(dim=-1)
-        origin = (m == 0).all(dim=-1)
+        # k² = m^T G m, G = B B^T with B = 2 pi inverse^T: broadcast over the three axes
+        m = [axes[0][:, None, None], axes[1][rows][None, :, None], axes[2][None, None, :]]
+        metric = (2.0 * math.pi) ** 2 * inverse.T @ inverse
+        k2 = sum(metric[a, a] * m[a].square() for a in range(3))
+        k2 = k2 + sum(2.0 * metric[a, b] * m[a] * m[b] for a, b in ((0, 1), (0, 2), (1, 2)))
+        origin = (m[0] == 0) & (m[1] == 0) & (m[2] == 0)
         k2 = torch.where(origin, 1.0, k2)
         kernel = 4.0 * math.pi / volume * torch.exp(-k2 / (4.0 * self.alpha**2)) / k2
         if self.scheme == "nvalchemiops":

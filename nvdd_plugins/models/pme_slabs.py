@@ -74,13 +74,13 @@ class _Layout:
     def sent(self) -> tuple[torch.Tensor, list[int]]:
         """The flat box indices this rank sends, by destination rank, and their counts."""
         box = self.boxes[self.ranks.rank]
-        plane = box[4] * box[5]
+        in_plane = torch.arange(box[4] * box[5])
         order, counts = [], []
         for q in range(self.ranks.size):
-            planes = self.planes_of(box, q)
-            order += [i * plane + k for i in planes for k in range(plane)]
-            counts.append(len(planes) * plane)
-        return torch.tensor(order, dtype=torch.long), counts
+            planes = torch.tensor(self.planes_of(box, q), dtype=torch.long)
+            order.append((planes[:, None] * in_plane.numel() + in_plane).reshape(-1))
+            counts.append(planes.numel() * in_plane.numel())
+        return torch.cat(order), counts
 
     def received(self) -> tuple[torch.Tensor, list[int]]:
         """Where in this rank's slab the values from every rank go, and their counts."""
@@ -109,25 +109,25 @@ def _box(points: torch.Tensor, mesh: tuple[int, int, int]) -> torch.Tensor:
 def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool = False) -> torch.Tensor:
     """The spectrum in slabs of the first axis (rank r: planes x[r]..x[r+1], every second-
     axis frequency) redistributed into slabs of the second axis (every first-axis plane),
-    or `back`."""
+    or `back`. What is sent along the first axis, and received along it, is contiguous as
+    it is: one copy each way instead of two."""
     ranks, me = layout.ranks, layout.ranks.rank
-    split, join = (0, 1) if back else (1, 0)  # split along `split` for the receivers
-    outgoing, incoming = (layout.x, layout.y) if back else (layout.y, layout.x)
+    x, y = layout.x, layout.y
     real = torch.view_as_real(spectrum)
-    blocks = [
-        real.narrow(split, outgoing[q], outgoing[q + 1] - outgoing[q]) for q in range(ranks.size)
-    ]
-    shapes = []
-    for q in range(ranks.size):
-        shape = list(real.shape)
-        shape[split] = outgoing[me + 1] - outgoing[me]
-        shape[join] = incoming[q + 1] - incoming[q]
-        shapes.append(shape)
+    if back:  # (n0, my y, half, 2) -> (my x, n1, half, 2)
+        send = real.reshape(-1)
+        send_counts = [(x[q + 1] - x[q]) * real[0].numel() for q in range(ranks.size)]
+        shapes = [(x[me + 1] - x[me], y[q + 1] - y[q], *real.shape[2:]) for q in range(ranks.size)]
+    else:  # (my x, n1, half, 2) -> (n0, my y, half, 2)
+        blocks = [real[:, y[q] : y[q + 1]].reshape(-1) for q in range(ranks.size)]
+        send, send_counts = torch.cat(blocks), [b.numel() for b in blocks]
+        shapes = [(x[q + 1] - x[q], y[me + 1] - y[me], *real.shape[2:]) for q in range(ranks.size)]
     counts = [math.prod(shape) for shape in shapes]
-    flat = torch.cat([b.reshape(-1) for b in blocks])
-    got = ranks.all_to_all(flat, [b.numel() for b in blocks], counts)
-    parts = [part.reshape(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
-    return torch.view_as_complex(torch.cat(parts, dim=join).contiguous())
+    got = ranks.all_to_all(send, send_counts, counts)
+    if back:
+        parts = [part.reshape(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
+        return torch.view_as_complex(torch.cat(parts, dim=1))
+    return torch.view_as_complex(got.reshape(x[-1], y[me + 1] - y[me], *real.shape[2:]))
 
 
 def slab_energies(
@@ -135,40 +135,64 @@ def slab_energies(
 ) -> torch.Tensor:
     """`PME.reciprocal_energies` with the mesh in slabs over `ranks` (module docstring):
     the owned rows' energies (e²/Å), zero on the other rows."""
-    mesh = pme.mesh
     inverse = torch.linalg.inv(cell)
     volume = torch.linalg.det(cell).abs()
     owned_charges, owned_positions = owned_part(charges), owned_part(positions)
     points, weights = pme.stencils(owned_positions, inverse)
-    box = _box(points.detach(), mesh)
-    layout = _Layout(mesh, box, ranks)
+    box = _box(points.detach(), pme.mesh)
+    layout = _Layout(pme.mesh, box, ranks)
     sizes = tuple(box[3:].tolist())
-    local = (points - box[None, :3, None].to(points.device)) % torch.tensor(
-        mesh, device=points.device
-    )[None, :, None]
-    at_box = flat_indices(local, sizes)  # (owned, order³)
-    n_box = math.prod(sizes)
+    mesh = torch.tensor(pme.mesh, device=points.device)
+    local = (points - box[None, :3, None].to(points.device)) % mesh[None, :, None]
+    at_box = flat_indices(local, sizes).int()  # (owned, order³)
     # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
-    spread = charges.new_zeros(1, n_box).index_add_(
+    spread = charges.new_zeros(1, math.prod(sizes)).index_add_(
         1, at_box.reshape(-1), (owned_charges[:, None] * weights).reshape(1, -1)
     )
-    sent, send_counts = layout.sent()
-    targets, recv_counts = layout.received()
-    sent, targets = sent.to(spread.device), targets.to(spread.device)
-    arrived = ranks.all_to_all(spread[0, sent], send_counts, recv_counts)
-    me = ranks.rank
-    n_slab = (layout.x[me + 1] - layout.x[me], mesh[1], mesh[2])
-    slab = charges.new_zeros(1, math.prod(n_slab)).index_add_(1, targets, arrived[None])
-    spectrum = torch.fft.fft(torch.fft.rfft(slab.reshape(n_slab), dim=2), dim=1)
-    spectrum = torch.fft.fft(_transpose(spectrum, layout), dim=0)
-    rows = slice(layout.y[me], layout.y[me + 1])
-    spectrum = torch.fft.ifft(pme.kernel(inverse, volume, rows) * spectrum, dim=0, norm="forward")
-    spectrum = torch.fft.ifft(_transpose(spectrum, layout, back=True), dim=1, norm="forward")
-    potential = torch.fft.irfft(spectrum, n=mesh[2], dim=2, norm="forward").reshape(1, -1)
-    returned = ranks.all_to_all(potential[0, targets], recv_counts, send_counts)
-    on_box = charges.new_zeros(1, n_box).index_add_(1, sent, returned[None])
-    at_atoms = (on_box[0, at_box] * weights).sum(dim=-1)
+    routes = _Routes(layout, spread.device)
+    potential = _convolved(routes.to_slab(spread), pme, layout, inverse, volume)
+    at_atoms = (routes.to_box(potential)[0, at_box] * weights).sum(dim=-1)
     _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
     owned = 0.5 * owned_charges * at_atoms
     owned = owned + background_energies(owned_charges, total, pme.alpha, volume)
     return torch.cat([owned, owned.new_zeros(charges.shape[0] - owned.shape[0])])
+
+
+class _Routes:
+    """The exchange between the boxes and the slabs, both ways (each other's adjoint)."""
+
+    def __init__(self, layout: _Layout, device: torch.device) -> None:
+        self.layout = layout
+        sent, self.send_counts = layout.sent()
+        targets, self.recv_counts = layout.received()
+        self.sent, self.targets = sent.int().to(device), targets.int().to(device)
+        box = layout.boxes[layout.ranks.rank]
+        self.n_box = box[3] * box[4] * box[5]
+
+    def to_slab(self, spread: torch.Tensor) -> torch.Tensor:
+        """The charges spread on every rank's box, added into this rank's slab (1, points)."""
+        layout, me = self.layout, self.layout.ranks.rank
+        arrived = layout.ranks.all_to_all(spread[0, self.sent], self.send_counts, self.recv_counts)
+        n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
+        return spread.new_zeros(1, n_slab).index_add_(1, self.targets, arrived[None])
+
+    def to_box(self, potential: torch.Tensor) -> torch.Tensor:
+        """The potential on this rank's box (1, points) from the slabs holding it."""
+        ranks = self.layout.ranks
+        returned = ranks.all_to_all(potential[0, self.targets], self.recv_counts, self.send_counts)
+        return potential.new_zeros(1, self.n_box).index_add_(1, self.sent, returned[None])
+
+
+def _convolved(
+    slab: torch.Tensor, pme: Any, layout: _Layout, inverse: torch.Tensor, volume: torch.Tensor
+) -> torch.Tensor:
+    """The potential on this rank's slab (1, points) of the charges on it: the distributed
+    FFT, times the kernel, and back."""
+    me, (_, n1, n2) = layout.ranks.rank, layout.mesh
+    shape = (layout.x[me + 1] - layout.x[me], n1, n2)
+    spectrum = torch.fft.fft(torch.fft.rfft(slab.reshape(shape), dim=2), dim=1)
+    spectrum = torch.fft.fft(_transpose(spectrum, layout), dim=0)
+    rows = slice(layout.y[me], layout.y[me + 1])
+    spectrum = torch.fft.ifft(pme.kernel(inverse, volume, rows) * spectrum, dim=0, norm="forward")
+    spectrum = torch.fft.ifft(_transpose(spectrum, layout, back=True), dim=1, norm="forward")
+    return torch.fft.irfft(spectrum, n=n2, dim=2, norm="forward").reshape(1, -1)

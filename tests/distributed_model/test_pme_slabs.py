@@ -82,8 +82,13 @@ def test_the_auto_layout_keeps_large_meshes_in_slabs() -> None:
 
 @pytest.mark.parametrize(
     ("planes", "expected"),
-    [([], (0, 0)), ([3, 4, 7], (3, 5)), ([0, 1, 9], (9, 3)), ([0, 3, 6, 9], (3, 8))]
-    + [(list(range(10)), (0, 10))],
+    [
+        ([], (0, 0)),
+        ([3, 4, 7], (3, 5)),
+        ([0, 1, 9], (9, 3)),
+        ([0, 3, 6, 9], (3, 8)),
+        (list(range(10)), (0, 10)),
+    ],
 )
 def test_covering_arc_is_the_shortest_periodic_run(planes, expected) -> None:
     """On a periodic axis of 10 planes; every plane used: the whole axis from 0."""
