@@ -116,7 +116,7 @@ class DFTD3Model(nn.Module, BaseModelMixin):
         # C6_ij = w_i . C6ref[Z_i, Z_j] . w_j, contracted per atom and partner element first
         # (memory per pair: 7 numbers, not 49)
         elements, kind = torch.unique(numbers, return_inverse=True)
-        table = self.c6_reference[numbers][:, elements].to(x.dtype)  # (n, elements, 7, 7)
+        table = self.c6_reference[elements][:, elements].to(x.dtype)[kind]  # (n, elements, 7, 7)
         partial = torch.einsum("na,ntab->ntb", weights, table)
         c6 = (partial[i, kind[j]] * weights[j]).sum(dim=-1)
         qq = 3.0 * self.r4r2[numbers[i]] * self.r4r2[numbers[j]]
