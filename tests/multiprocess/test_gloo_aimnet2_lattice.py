@@ -93,7 +93,8 @@ def _references(method: str) -> tuple[dict, dict, torch.Tensor]:
     return ref, single, batch.positions.detach()
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
+# 4 real ranks only in test-all (CI: 4 simulated ranks, test_aimnet2_simulated.py)
+@pytest.mark.parametrize("world_size", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_gloo_ranks_match_one_process_and_aimnet(world_size: int) -> None:
     reports = run_gloo(world_size, _on_rank, timeout=300)
     n_atoms = len(_atoms())
