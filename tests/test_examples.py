@@ -168,7 +168,7 @@ def test_aimnet2_lattice_example() -> None:
     """AIMNet2 with PME, its mesh in slabs, on 2 simulated ranks (D3: tests of its own)."""
     script = EXAMPLES / "models" / "aimnet2_lattice_dd.py"
     command = [sys.executable, str(script), "--ranks", "2", "--molecules", "3"]
-    output = _ok(command + ["--layout", "slabs"], 240)
+    output = _ok([*command, "--layout", "slabs"], 240)
     error = float(output.split("max |force difference|:")[1].split()[0])
     assert "81 atoms" in output and "layout='slabs'" in output and error < 1e-8
 
