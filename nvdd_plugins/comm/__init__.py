@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.comm.all_to_all import all_to_all_rows
 from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.halo_plan import HaloPlan
 from nvdd_plugins.comm.launch import (
@@ -49,6 +50,7 @@ __all__ = [
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",
+    "all_to_all_rows",
     "collective_timeout_s",
     "computing",
     "copy_to_ghosts",
