@@ -100,7 +100,7 @@ CASES = {
         r"rank 0 of 2 has waited \d+ s in \w+ \(its call \d+ on this communicator, after step "
         r"4\), at .*stalls\.py:\d+ in <module>, in nvdd's DomainParallel\.run\. Ranks not "
         r"arrived: 1\.",
-        r"rank 1: is in no nvdd call .* in nvdd's DistributedManager\.cleanup",
+        r"rank 1: waits in barrier \(its call \d+ .* in nvdd's DistributedManager\.cleanup",
     ),
 }
 
