@@ -18,7 +18,7 @@ SCRIPT = REPO / "tests" / "multiprocess" / "mpi_scripts" / "teardown.py"
 @pytest.mark.parametrize(
     "runs",
     [
-        pytest.param(2, marks=pytest.mark.timeout(300)),
+        pytest.param(1, marks=pytest.mark.timeout(300)),  # the run without cleanup
         pytest.param(30, marks=[pytest.mark.slow, pytest.mark.timeout(1500)]),
     ],
     ids=["ci", "repeated"],
