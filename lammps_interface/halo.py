@@ -19,10 +19,12 @@ from __future__ import annotations
 import torch
 from lammps import lammps
 
+from lammps_interface.graphs import GraphedRows
 from lammps_interface.handle import read_atoms, require_metal_units
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.comm import MPICommunicator, Staging
+from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.dynamics import CudaStepGraph
 from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
@@ -42,6 +44,10 @@ class HaloBridge:
         dtype: dtype the model computes in.
         padding_species: atomic number given to padding rows (must be one the model knows).
         staging: the host buffers of the model's device (the model is already there).
+
+    Attributes:
+        graphs: the model call's captured graphs (`GraphedRows`) where they can replay: on
+            a GPU, with one rank (else None: exchanges through MPI run on the host).
     """
 
     def __init__(
@@ -56,8 +62,12 @@ class HaloBridge:
         self.dtype = dtype
         self.staging = staging
         self.cutoff = float(model.cutoff)
-        self.comm = MPICommunicator(lmp.get_mpi_comm())
+        mpi = lmp.get_mpi_comm()
+        # one rank needs no MPI: its ghosts are self-images, copied on the device
+        self.comm = MPICommunicator(mpi) if mpi.Get_size() > 1 else LocalCommunicator()
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
+        replayable = staging.device.type == "cuda" and self.comm.size == 1
+        self.graphs = GraphedRows(self.layout, CudaStepGraph) if replayable else None
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
@@ -70,18 +80,20 @@ class HaloBridge:
         if pair_forces:
             self._require_every_pair(rows, exact)
         positions = exact.to(self.dtype)
-        ids = self.staging.to_device("ids", atoms.ids)
+        ids = self.staging.to_device("ids", atoms.ids).long()
         view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         cell = torch.from_numpy(atoms.cell).to(positions.device, self.dtype).unsqueeze(0)
-        out = self.layout(view, positions, cell, pair_gradients=pair_forces)
-        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-        host = self.staging.to_host("results", per_row.to(torch.float64))  # one copy back
-        pair_rows = None
         if edges is not None:
+            out = self.layout(view, positions, cell, pair_gradients=True)
+            per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
             gradients = out["pair_gradients"][: edges.shape[1]].double()
-            gradients = rows.pair_forces(gradients, ghost_pairs=False)
-            pair_rows = self.staging.to_host("pair_forces", gradients)
-        return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=pair_rows)
+            per_pair = rows.pair_forces(gradients, ghost_pairs=False)
+            return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
+        replayed = self.graphs(view, positions, cell) if self.graphs is not None else None
+        if replayed is None:
+            out = self.layout(view, positions, cell)
+            replayed = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        return RowResults.from_device(replayed, rows.nlocal, self.staging)
 
     def _require_every_pair(self, rows: LocalRows, positions: torch.Tensor) -> None:
         """Refuse an ML-IAP pair list that misses pairs within the cutoff centred on owned

@@ -144,6 +144,8 @@ class RowResults:
         energies: (ntotal,) per-atom energies, eV (complete on owned rows; ghosts 0).
         forces: (ntotal, 3) eV/Å; a ghost row holds the force its owner still has to receive
             (LAMMPS's reverse communication adds it), so sum(x * f) over rows is the virial.
+        finite: whether every owned row's energy and force is finite (checked on the
+            model's device before the copy back, so no host pass over the rows is needed).
         pair_forces: when asked for, (npairs, 3) dE/drij of each listed pair, eV/Å, whose
             pair sums are `forces` (for `data.update_pair_forces`, which then also tallies
             LAMMPS's per-atom virials); else None.
@@ -151,4 +153,20 @@ class RowResults:
 
     energies: np.ndarray
     forces: np.ndarray
+    finite: bool
     pair_forces: np.ndarray | None = None
+
+    @classmethod
+    def from_device(
+        cls,
+        per_row: torch.Tensor,
+        nlocal: int,
+        staging: Staging,
+        pair_forces: torch.Tensor | None = None,
+    ) -> RowResults:
+        """Results from the (ntotal, 4) energies and forces on the model's device (and the
+        (npairs, 3) pair forces), each copied back in one copy, valid until the next call."""
+        finite = torch.isfinite(per_row[:nlocal]).all()
+        host = staging.to_host("results", per_row.to(torch.float64))
+        pairs = None if pair_forces is None else staging.to_host("pair_forces", pair_forces)
+        return cls(host[:, 0], host[:, 1:], bool(finite), pairs)

@@ -107,11 +107,11 @@ class GivenRowsModel:
         if isinstance(self.engine.shell, ThickShell):  # rows only: nothing is exchanged
             nothing = torch.empty(0, dtype=torch.long, device=ids.device)
             return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
-        layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
+        # compared where the ids are (no host pass over them at each step)
+        layout = torch.cat([ids.new_tensor([n_owned]), ids]).long()
         changed = self.verlet.needs_rebuild(None, ids=layout)
         if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
-            plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
-            self._plan = plan.to(ids.device)
+            self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self.verlet.record(None, ids=layout)
             # as after a DomainParallel rebuild, the next forward is checked and its plan
             # decided afresh (a rank may now own no atoms); the rows are an open frame

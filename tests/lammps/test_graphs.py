@@ -1,0 +1,31 @@
+"""The bridge's model call replayed from captured graphs (`lammps_interface.graphs`), on the
+CPU with graphs that replay by calling again: a 60-step LAMMPS NVE trajectory with the
+3-layer MPNN, re-neighbouring and view rebuilds (a new capture each) gives the eager
+trajectory bit for bit, every call after the first a replay."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.lammps.jobs import missing_lammps
+
+if (reason := missing_lammps()) is not None:
+    pytest.skip(reason, allow_module_level=True)
+
+from tests.helpers.multiprocess import run_mpi
+
+pytestmark = pytest.mark.lammps
+
+SCRIPT = Path(__file__).parent / "scripts" / "replayed_calls.py"
+
+
+def test_replayed_calls_give_the_eager_trajectory(tmp_path: Path) -> None:
+    output = run_mpi(1, SCRIPT, str(tmp_path), timeout=180.0)
+    found = re.search(r"max\|dx\| (\S+) max\|df\| (\S+) replays (\d+) captures (\d+)", output)
+    assert found, output
+    dx, df, replays, captures = float(found[1]), float(found[2]), int(found[3]), int(found[4])
+    assert dx == 0.0 and df == 0.0, output
+    assert replays == 61 and captures >= 2, output  # `run 60` calls the model 61 times
