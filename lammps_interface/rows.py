@@ -34,6 +34,7 @@ class LocalRows:
         rij: (npairs, 3) x[pair_j] - x[pair_i], Å, float64; None when not asked for.
         list_rows: (host) rows of LAMMPS's per-atom energy slots (`data.eatoms[k]` is row
             `list_rows[k]`).
+        listed_pairs: pairs ML-IAP listed for this call, read or not.
     """
 
     nlocal: int
@@ -43,6 +44,7 @@ class LocalRows:
     pair_j: torch.Tensor
     rij: torch.Tensor | None
     list_rows: np.ndarray
+    listed_pairs: int
 
     @classmethod
     def from_data(
@@ -84,7 +86,7 @@ class LocalRows:
         list_rows = (
             np.asarray(data.iatoms, dtype=np.int64)[:nlist] if nlist else np.zeros(0, np.int64)
         )
-        return cls(nlocal, ntotal, numbers, pair_i, pair_j, rij, list_rows)
+        return cls(nlocal, ntotal, numbers, pair_i, pair_j, rij, list_rows, npairs)
 
     @property
     def has_ghost_centres(self) -> bool:

@@ -1,11 +1,12 @@
 """One LAMMPS NVE trajectory twice with the 3-layer MPNN in halo mode: every model call
-eager, then with the bridge's graphs required (`GraphedRows` with `EagerStepGraph`, whose
-replays run the captured call again, so the replay bookkeeping runs on the CPU; a new
-capture at each rebuilt view). Prints one line:
+eager, then with the bridge's graphs. On the CPU (default) they are required and replay
+through `EagerStepGraph`, which runs the captured call again, so the replay bookkeeping
+runs on the CPU with a new capture at each rebuilt view; with `cuda` they are the bridge's
+own CUDA graphs ("auto"). Prints one line:
 
     replayed: max|dx| <a> max|df| <b> replays <r> captures <c>
 
-    python tests/lammps/scripts/replayed_calls.py WORKDIR
+    python tests/lammps/scripts/replayed_calls.py WORKDIR [cpu|cuda]
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from tests.lammps.lammps_io import lammps_frame, write_data
 STEPS = 60
 
 
-def trajectory(data: Path, graphed: bool) -> tuple[np.ndarray, np.ndarray, GraphedRows | None]:
+def trajectory(
+    data: Path, device: str, graphed: bool
+) -> tuple[np.ndarray, np.ndarray, GraphedRows | None]:
     """Positions and forces by atom id after `STEPS` NVE steps at 2 fs from 300 K."""
     lmp = lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
     mliap.activate_mliappy(lmp)
     lammps_interface.attach(lmp)
-    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device="cpu")
+    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device=device)
     mliap.load_unified(bridge)
     lmp.commands_string(
         f"""
@@ -49,8 +52,10 @@ def trajectory(data: Path, graphed: bool) -> tuple[np.ndarray, np.ndarray, Graph
         """
     )
     halo = bridge._halo
-    assert halo is not None and halo.graphs is None, "graphs are off on the CPU by default"
-    if graphed:
+    assert halo is not None and (halo.graphs is None) == (device == "cpu"), "on a GPU only"
+    if not graphed:
+        halo.graphs = None
+    elif device == "cpu":
         halo.graphs = GraphedRows(halo.layout, EagerStepGraph, required=True)
     lmp.command(f"run {STEPS}")
     n = lmp.extract_global("nlocal")
@@ -62,11 +67,11 @@ def trajectory(data: Path, graphed: bool) -> tuple[np.ndarray, np.ndarray, Graph
     return positions, forces, halo.graphs
 
 
-def main(workdir: Path) -> None:
+def main(workdir: Path, device: str) -> None:
     data = workdir / "bulk.data"
     write_data(data, lammps_frame(triclinic_bulk()), ("Ar",))
-    eager_x, eager_f, _ = trajectory(data, graphed=False)
-    x, f, graphs = trajectory(data, graphed=True)
+    eager_x, eager_f, _ = trajectory(data, device, graphed=False)
+    x, f, graphs = trajectory(data, device, graphed=True)
     assert graphs is not None
     print(
         f"replayed: max|dx| {np.abs(x - eager_x).max():.3e} max|df| {np.abs(f - eager_f).max():.3e}"
@@ -75,4 +80,4 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "cpu")
