@@ -29,6 +29,7 @@ step time or why it cannot run.
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -192,10 +193,15 @@ def dd_step_time(wrapper: MACEWrapper, batch: Batch, skin: float, steps: int) ->
 
 
 def lammps_variant(
-    model: torch.nn.Module, batch: Batch, exclude: bool, args: argparse.Namespace
+    models: tuple[torch.nn.Module, torch.nn.Module | None],
+    batch: Batch,
+    exclude: bool,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """One LAMMPS input variant: its step, forces at step 0 against plain's on the same
-    positions, the bridge's sections and its graphs."""
+    positions (and, where `models` has a float64 e3nn twin, against that: other kernels,
+    other precision), the bridge's sections and its graphs."""
+    model, twin64 = models
     name = "exclude" if exclude else "as_written"
     n = batch.num_nodes
     log = f"{args.log_dir}/lammps_{n}_{name}.log" if args.log_dir else None
@@ -207,13 +213,21 @@ def lammps_variant(
     bridge = lammps_interface.MLIAPModel(MACEWrapper(model), ["Cu"], device=str(device))
     with_model(lmp, bridge)
     positions, lammps_forces = step_forces(lmp, n)
-    held = batch.copy()
-    held.positions.copy_(torch.as_tensor(positions, dtype=held.positions.dtype, device=device))
+    held = batch.clone()  # the crystal at the positions LAMMPS holds
+    held.positions.copy_(torch.as_tensor(positions, device=device))
     plain_forces = plain_mace_step(model, held)().detach().double().cpu().numpy()
     row: dict[str, Any] = {
         f"{name}_max_abs_dF_vs_plain": float(np.abs(lammps_forces - plain_forces).max()),
         f"{name}_max_abs_F": float(np.abs(plain_forces).max()),
     }
+    if twin64 is not None:
+        held64 = held.to(dtype=torch.float64)
+        held64.positions.copy_(torch.as_tensor(positions, device=device))
+        forces64 = plain_mace_step(twin64, held64)().detach().cpu().numpy()
+        row[f"{name}_max_abs_dF_vs_e3nn_float64"] = float(np.abs(lammps_forces - forces64).max())
+        row["plain_max_abs_dF_vs_e3nn_float64"] = float(np.abs(plain_forces - forces64).max())
+        del forces64
+        free_cached(device)
     with section_times(device) as spent:
         row[f"{name}_step_s"] = step_time(lmp, args.steps, set_up=False)
     calls = len(spent["bridge total"])
@@ -244,9 +258,11 @@ def compare(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     """Plain, DD and each LAMMPS variant on one crystal; forces vs plain; LAMMPS's step
     sections."""
     device = torch.device(args.device)
-    model = in_backend(mace_model("small", (29,), torch.float32).to(device), args.backend)
-    model.requires_grad_(False)
+    e3nn = mace_model("small", (29,), torch.float32).to(device)
+    twin64 = copy.deepcopy(e3nn).double().requires_grad_(False)
+    model = in_backend(e3nn, args.backend).requires_grad_(False)
     batch = crystal(n_atoms, device)
+    models = (model, twin64 if batch.num_nodes <= args.float64_below else None)
     row: dict[str, Any] = {"atoms": batch.num_nodes, "skin": args.skin, "backend": args.backend}
     plain = plain_mace_step(model, batch)
     row["plain_s"] = median_seconds(plain, args.repeats, device)
@@ -255,7 +271,7 @@ def compare(n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
     row |= dd_step_time(MACEWrapper(model), batch, args.skin, args.steps)
     free_cached(device)
     for variant in args.variants:
-        row |= lammps_variant(model, batch, variant == "exclude", args)
+        row |= lammps_variant(models, batch, variant == "exclude", args)
         name = variant.replace("-", "_")
         row[f"{name}_over_dd"] = row[f"{name}_step_s"] / row["dd_step_s"]
         row[f"{name}_over_plain"] = row[f"{name}_step_s"] / row["plain_s"]
@@ -313,6 +329,12 @@ def main() -> None:
     parser.add_argument("--backend", choices=["cueq", "e3nn"], default="cueq")
     parser.add_argument("--device", default="cuda", help="compare: cuda, or cpu for a smoke run")
     parser.add_argument(
+        "--float64-below",
+        type=int,
+        default=20000,
+        help="compare: forces also against plain e3nn in float64 up to this many atoms",
+    )
+    parser.add_argument(
         "--variants",
         nargs="+",
         choices=["exclude", "as-written"],
@@ -331,7 +353,8 @@ def main() -> None:
     rows = []
     for n_atoms in args.atoms:
         rows.append(run(n_atoms, args))
-        print({k: round(v, 5) if isinstance(v, float) else v for k, v in rows[-1].items()})
+        # four significant digits: rounding to decimals printed 1e-7 force differences as 0.0
+        print({k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in rows[-1].items()})
     from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_rank() == 0:
