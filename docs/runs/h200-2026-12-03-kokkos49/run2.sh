@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kokkos49 second device run (what was left of the helper's device budget): `compare` at
-# 108,000 and 10,976 atoms with `neigh_modify exclude group all all`, after the fix that lets
+# 10,976 and then 108,000 atoms with `neigh_modify exclude group all all`, after the fix that lets
 # the LAMMPS layout's model call be captured (the first run's capture failed on a host
 # scalar copied into the ghost rows, and its 1-rank LAMMPS runs stopped at the first step).
 set -u
@@ -21,7 +21,7 @@ eval "$(cat /tmp/lammps.env)"
 echo "install + lammps build $((SECONDS - t0)) s"
 cd "$tree/benchmarks"
 export PYTHONPATH=$tree:$PYTHONPATH
-timeout "${COMPARE_LIMIT:-110}" python3 lammps_gpu.py compare --atoms 108000 10976 \
+timeout "${COMPARE_LIMIT:-110}" python3 lammps_gpu.py compare --atoms 10976 108000 \
     --variants exclude --steps 25 --repeats 3 --json "$OUT/lammps_gpu.json" 2>&1 \
     | grep -Ev "Warning|warn|visitor|_Jd"
 echo "done $((SECONDS - t0)) s"
