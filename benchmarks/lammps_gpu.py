@@ -11,7 +11,8 @@ exact-cutoff graph (`mace_cueq.plain_mace_step`: no neighbour list, no integrati
 a `DomainParallel(NVE)` step, skin SKIN, its CUDA graphs as configured by default ("auto"),
 timed over STEPS steps after a warm-up that holds its first capture; "lammps" = a LAMMPS MD
 step (`fix nve`, timestep 1 fs, `neighbor SKIN bin`, checked every step) with
-`MLIAPModel(MACEWrapper(model))` on the GPU in halo mode, for each input variant asked for
+`MLIAPModel(MACEWrapper(model), cuda_graphs="auto")` (`--lammps-graphs`) on the GPU in halo
+mode, for each input variant asked for
 (`--variants`: "exclude" with `neigh_modify exclude group all all`, so ML-IAP's C++ side
 lists no pairs; "as-written" without it), timed as the difference of two runs without
 LAMMPS's set-up (`run N pre no post no`). Both windows cover the same steps, so
@@ -240,7 +241,10 @@ def lammps_variant(
         if on_gpu:
             torch.cuda.reset_peak_memory_stats(device)
         wrapper = MACEWrapper(models[0])
-        bridge = lammps_interface.MLIAPModel(wrapper, ["Cu"], device=str(device))
+        graphs = {"auto": "auto", "on": True, "off": False}[args.lammps_graphs]
+        bridge = lammps_interface.MLIAPModel(
+            wrapper, ["Cu"], device=str(device), cuda_graphs=graphs
+        )
         with_model(lmp, bridge)
         row = forces_against_plain(models, batch, step_forces(lmp, n), name)
         with section_times(device) as spent:
@@ -350,6 +354,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10, help="plain evaluations")
     parser.add_argument("--backend", choices=["cueq", "e3nn"], default="cueq")
     parser.add_argument("--device", default="cuda", help="compare: cuda, or cpu for a smoke run")
+    parser.add_argument(
+        "--lammps-graphs",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="compare: MLIAPModel(cuda_graphs=...) for the LAMMPS runs (one rank)",
+    )
     parser.add_argument(
         "--float64-below",
         type=int,

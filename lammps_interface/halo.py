@@ -42,33 +42,41 @@ class HaloBridge:
     Args:
         model: the nvdd model wrapper.
         lmp: the attached LAMMPS instance (ids, positions, box, communicator).
-        dtype: dtype the model computes in.
-        padding_species: atomic number given to padding rows (must be one the model knows).
+        compute: the dtype the model computes in, and the atomic number given to padding
+            rows (one the model knows).
         staging: the host buffers of the model's device (the model is already there).
+        cuda_graphs: `MLIAPModel`'s `cuda_graphs` (False, True or "auto").
 
     Attributes:
-        graphs: the model call's captured graphs (`GraphedRows`) where they can replay: on
-            a GPU, with one rank (else None: exchanges through MPI run on the host).
+        graphs: the model call's captured graphs (`GraphedRows`) where asked for and where
+            they can replay: on a GPU, with one rank (else None).
     """
 
     def __init__(
         self,
         model: BaseModelMixin,
         lmp: lammps,
-        dtype: torch.dtype,
-        padding_species: int,
+        compute: tuple[torch.dtype, int],
         staging: Staging,
+        cuda_graphs: bool | str = False,
     ) -> None:
         self.lmp = lmp
-        self.dtype = dtype
+        self.dtype, padding_species = compute
         self.staging = staging
         self.cutoff = float(model.cutoff)
         mpi = lmp.get_mpi_comm()
-        # one rank needs no MPI: its ghosts are self-images, copied on the device
-        self.comm = MPICommunicator(mpi) if mpi.Get_size() > 1 else LocalCommunicator()
+        replayable = mpi.Get_size() == 1 and staging.device.type == "cuda"
+        if cuda_graphs is True and not replayable:
+            raise ValueError(
+                "cuda_graphs=True needs one LAMMPS rank on a GPU (exchanges between ranks run "
+                'through MPI on the host, which a graph cannot hold): use "auto" or False'
+            )
+        graphs = bool(cuda_graphs) and replayable
+        # a replayed rank exchanges nothing: its ghosts are self-images, copied on the device
+        self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
-        replayable = staging.device.type == "cuda" and self.comm.size == 1
-        self.graphs = GraphedRows(self.layout, CudaStepGraph) if replayable else None
+        required = cuda_graphs is True
+        self.graphs = GraphedRows(self.layout, CudaStepGraph, required) if graphs else None
         self._noted_pairs = False
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:

@@ -6,6 +6,7 @@ exclude`, so each run's bridge says once what the unread ML-IAP pair list costs.
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
@@ -31,3 +32,20 @@ def test_replayed_calls_give_the_eager_trajectory(tmp_path: Path) -> None:
     assert dx == 0.0 and df == 0.0, output
     assert replays == 61 and captures >= 2, output  # `run 60` calls the model 61 times
     assert output.count("at every step that halo mode does not read") == 2, output
+
+
+def test_cuda_graphs_is_checked_and_kept_in_the_file(tmp_path: Path) -> None:
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import mpnn_model
+
+    with pytest.raises(ValueError, match='cuda_graphs must be True, False or "auto"'):
+        MLIAPModel(mpnn_model(), ["Ar"], cuda_graphs="always")
+    path = tmp_path / "graphed.pkl"
+    MLIAPModel(mpnn_model(), ["Ar"], cuda_graphs="auto").pickle(str(path))
+    with open(path, "rb") as handle:
+        assert pickle.load(handle).cuda_graphs == "auto"
+    older = MLIAPModel(mpnn_model(), ["Ar"]).__getstate__()
+    del older["cuda_graphs"]  # a file written before the option: no graphs
+    model = MLIAPModel.__new__(MLIAPModel)
+    model.__setstate__(older)
+    assert model.cuda_graphs is False

