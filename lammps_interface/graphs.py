@@ -8,6 +8,11 @@ captured one. Only a rank that exchanges nothing with other ranks can replay (on
 its ghosts are self-images, copied by index on the device); an exchange through MPI runs on
 the host, which a graph cannot hold. `cuda_graphs="auto"` as in `DomainParallel`: captures
 go on while their replays have saved what they cost (`GraphPayoff`).
+
+A new view's first `EAGER_CALLS` calls run eagerly, outside any graph: after a rebuild the
+engine checks one forward and verifies the spec's shortcuts in the next, and the first forward
+on the shortcut path fills the view's lazy index caches; a capture records that path only
+once a warm-up has taken it (a cache made inside a capture would live in its memory pool).
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ import torch
 from nvdd_plugins.distributed_model import GivenRowsModel, HaloView
 from nvdd_plugins.dynamics import CapturedGraphs, StepGraph
 
-__all__ = ["GraphedRows"]
+__all__ = ["EAGER_CALLS", "GraphedRows"]
+
+EAGER_CALLS = 2
+"""Calls of a new view that run eagerly before its capture (the checked and the verifying
+forward)."""
 
 
 class GraphedRows(CapturedGraphs):
@@ -42,6 +51,7 @@ class GraphedRows(CapturedGraphs):
         self.layout = layout
         self.required = required
         self.replays = 0
+        self._pending: tuple[HaloView | None, int] = (None, 0)  # a new view, its eager calls
         self._view: HaloView | None = None
         self._inputs: tuple[torch.Tensor, torch.Tensor] | None = None
         self._per_row: torch.Tensor | None = None
@@ -50,11 +60,16 @@ class GraphedRows(CapturedGraphs):
         self, view: HaloView, positions: torch.Tensor, cell: torch.Tensor
     ) -> torch.Tensor | None:
         """(n_local, 4) energies and forces of the rows from a replay, or None when this
-        call runs eagerly (captures stopped, or a capture failed). The result is overwritten
-        by the next replay."""
+        call runs eagerly (one of a new view's first `EAGER_CALLS`, captures stopped, or a
+        capture failed). The result is overwritten by the next replay."""
         if self.stopped:
             return None
         if self.graph is None or view is not self._view or not self._fits(positions, cell):
+            pending, calls = self._pending
+            calls = calls + 1 if view is pending else 1
+            self._pending = (view, calls)
+            if calls <= EAGER_CALLS:
+                return None
             if not self.still_pays(self.required):
                 return None
             try:
