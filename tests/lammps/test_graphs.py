@@ -52,3 +52,23 @@ def test_cuda_graphs_is_checked_and_kept_in_the_file(tmp_path: Path) -> None:
     model = MLIAPModel.__new__(MLIAPModel)
     model.__setstate__(older)
     assert model.cuda_graphs is False
+
+
+def test_required_graphs_where_none_can_replay_are_refused() -> None:
+    import torch
+
+    from lammps_interface.halo import HaloBridge
+    from nvdd_plugins.comm import Staging
+    from tests.helpers.systems import mpnn_model
+
+    class TwoRanks:  # what `lmp.get_mpi_comm()` gives, as far as the check reads it
+        def Get_size(self) -> int:
+            return 2
+
+    class Handle:
+        def get_mpi_comm(self) -> TwoRanks:
+            return TwoRanks()
+
+    staging = Staging(torch.device("cpu"))
+    with pytest.raises(ValueError, match="cuda_graphs=True needs one LAMMPS rank on a GPU"):
+        HaloBridge(mpnn_model(), Handle(), (torch.float64, 18), staging, cuda_graphs=True)
