@@ -13,6 +13,8 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.composed import SumModel, spec_union
+from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
@@ -43,6 +45,7 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
@@ -58,6 +61,7 @@ __all__ = [
     "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "SumModel",
     "UMAWrapper",
     "asked_for",
     "asking_for",
@@ -77,5 +81,6 @@ __all__ = [
     "random_uma",
     "rigid_ion_spec",
     "save_uma_checkpoint",
+    "spec_union",
     "uma_config",
 ]
