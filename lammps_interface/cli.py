@@ -105,10 +105,12 @@ def input_lines(path: str, elements: Sequence[str], n_layers: int, cutoff: float
             "python attach invoke",
             f"pair_style mliap unified {path} 0",
             f"pair_coeff * * {' '.join(elements)}",
-            "# optional with the two `python` lines: ML-IAP's C++ side then lists no pairs each",
-            "# step (faster at 10^5 atoms); refused on steps with per-atom virials:",
-            "#   neigh_modify exclude group all all",
-            "# without the two `python` lines (no ghost exchange, redundant compute) use instead:",
+            "# nvdd lists the model's pairs itself; this spares ML-IAP's C++ side its pair list",
+            "# each step (3x the step at 10^5 atoms). Remove it for per-atom virials (compute",
+            "# stress/atom, heat/flux) and computes that use neighbour lists (rdf, coord/atom):",
+            "neigh_modify exclude group all all",
+            "# without the two `python` lines (no ghost exchange, redundant compute) use instead",
+            "# (and no neigh_modify exclude: that mode computes from ML-IAP's pairs):",
             *(f"#   {line}" for line in fallback.splitlines()),
         ]
     )
