@@ -17,15 +17,19 @@ def tiny_sevennet(seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Modul
     return random_sevennet(SPECIES, shift=[-0.5, -1.5], scale=[1.0, 1.3], seed=seed, dtype=dtype)
 
 
-def sevennet_reference(model: nn.Module, atoms: Atoms) -> dict[str, torch.Tensor]:
+def sevennet_reference(
+    model: nn.Module, atoms: Atoms, modality: str | None = None
+) -> dict[str, torch.Tensor]:
     """Energy, per-atom energies, forces and stress (if the cell has a volume) from sevenn's
     whole model: its graph (`unlabeled_atoms_to_graph`), its forward including its own
     edge-gradient force/stress head, and its calculator's conversion to ASE units.
 
+    `modality`: the fidelity of a multi-fidelity model, as sevenn's calculator takes it.
     `model` is changed (sevenn's calculator sets it up for unbatched data). Its graph is
     kept in the model's dtype, where sevenn's calculator would make it float32, and its
     one-hot embedding is cast to that dtype (sevenn's always makes float32).
     """
+    from sevenn import _keys as keys
     from sevenn.atom_graph_data import AtomGraphData
     from sevenn.calculator import SevenNetCalculator
     from sevenn.train.dataload import unlabeled_atoms_to_graph
@@ -34,9 +38,11 @@ def sevennet_reference(model: nn.Module, atoms: Atoms) -> dict[str, torch.Tensor
     dtype = next(model.parameters()).dtype
     embedding = model.get_submodule("onehot_idx_to_onehot")
     model.replace_module("onehot_idx_to_onehot", _OneHotInDtype(embedding, dtype))
-    calc = SevenNetCalculator(model, file_type="model_instance", device="cpu")
+    calc = SevenNetCalculator(model, file_type="model_instance", device="cpu", modal=modality)
     graph = unlabeled_atoms_to_graph(atoms, calc.cutoff)
     data = AtomGraphData(**{k: dtype_correct(v, dtype) for k, v in graph.items()})
+    if modality is not None:
+        data[keys.DATA_MODALITY] = modality
     results = calc.output_to_results(calc.model(data))
     ref = {
         "energy": torch.tensor([results["energy"]], dtype=torch.float64),
