@@ -25,7 +25,12 @@ from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.requested import asked_for, asking_for
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
-from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.sevennet import (
+    SevenNetArchitecture,
+    SevenNetWrapper,
+    pretrained_sevennet_path,
+    random_sevennet,
+)
 from nvdd_plugins.models.uma import UMAWrapper
 from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
@@ -69,6 +74,7 @@ __all__ = [
     "new_pair_leaf",
     "pair_gradients_of",
     "per_atom_stresses",
+    "pretrained_sevennet_path",
     "random_aimnet2",
     "random_allegro",
     "random_mace",

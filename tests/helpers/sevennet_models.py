@@ -1,12 +1,17 @@
-"""A tiny random-weight SevenNet model for tests, and sevenn's own results for it."""
+"""SevenNet models for tests (a tiny random-weight one, the pretrained ones from sevenn's
+wheel) and sevenn's own results for them."""
 
 from __future__ import annotations
+
+import copy
+import functools
 
 import torch
 from ase import Atoms
 from torch import nn
 
-from nvdd_plugins.models.sevennet import random_sevennet
+from nvdd_plugins.models.sevennet import SevenNetWrapper, random_sevennet
+from tests.helpers.materials import MATERIALS
 
 SPECIES = (18, 29)
 
@@ -37,7 +42,8 @@ def sevennet_reference(
 
     dtype = next(model.parameters()).dtype
     embedding = model.get_submodule("onehot_idx_to_onehot")
-    model.replace_module("onehot_idx_to_onehot", _OneHotInDtype(embedding, dtype))
+    if not isinstance(embedding, _OneHotInDtype):  # a model changed by an earlier call
+        model.replace_module("onehot_idx_to_onehot", _OneHotInDtype(embedding, dtype))
     calc = SevenNetCalculator(model, file_type="model_instance", device="cpu", modal=modality)
     graph = unlabeled_atoms_to_graph(atoms, calc.cutoff)
     data = AtomGraphData(**{k: dtype_correct(v, dtype) for k, v in graph.items()})
@@ -69,3 +75,17 @@ class _OneHotInDtype(nn.Module):
         for key in (self.embedding.key_output, self.embedding.key_additional_output):
             data[key] = data[key].to(self.dtype)
         return data
+
+
+@functools.cache
+def pretrained_sevennet(name: str = "7net-0", modality: str | None = None) -> SevenNetWrapper:
+    """The pretrained SevenNet `name` from sevenn's wheel, in float64, loaded once a process
+    (a checkpoint takes 5-10 s to build)."""
+    return SevenNetWrapper.from_pretrained(name, modality, dtype=torch.float64)
+
+
+@functools.cache
+def pretrained_reference(system: str, name: str = "7net-0") -> dict[str, torch.Tensor]:
+    """sevenn's own float64 forward of the pretrained `name` on `MATERIALS[system]`."""
+    model = copy.deepcopy(pretrained_sevennet(name).model)
+    return sevennet_reference(model, MATERIALS[system]())
