@@ -27,7 +27,7 @@ pytestmark = pytest.mark.sevenn
 
 SHIPPED = [
     ("7net-0", None),
-    ("7net-mf-0", "PBE"),
+    pytest.param("7net-mf-0", "PBE", marks=pytest.mark.slow),
     pytest.param("7net-0_22May2024", None, marks=pytest.mark.slow),
     pytest.param("7net-l3i5", None, marks=pytest.mark.slow),
     pytest.param("7net-mf-0", "R2SCAN", marks=pytest.mark.slow),
@@ -57,7 +57,7 @@ def test_float32_matches_sevenn_calculator(name: str, modality: str | None) -> N
 
 def test_multi_fidelity_float64_matches_sevenn_forward() -> None:
     """Both fidelities of SevenNet-MF-0 in float64; they differ by far more than the check."""
-    atoms = MATERIALS["slab"]()
+    atoms = MATERIALS["triclinic"]()
     energies = []
     for modality in ("PBE", "R2SCAN"):
         wrapper = pretrained_sevennet("7net-mf-0", modality)
