@@ -217,9 +217,10 @@ class DomainParallel:
             return
         scopes = {scope for _, scope in due}
         full = None
+        gathered = bool(scopes & {HookScope.GLOBAL, HookScope.RANK_ZERO})
         if HookScope.GLOBAL in scopes:
             full = self.gather(batch)
-        elif HookScope.RANK_ZERO in scopes:
+        elif gathered:
             full = self.gather(batch, dst=0)
         failure = None
         try:
@@ -235,7 +236,7 @@ class DomainParallel:
                 )
         except Exception as err:
             failure = err
-        if full is not None:  # the ranks met in the gather: they can agree on the outcome
+        if gathered:  # the ranks met in the gather: they can agree on the outcome
             self._agree_on(failure, stage)
         elif failure is not None:
             raise failure
