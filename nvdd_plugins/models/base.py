@@ -53,16 +53,27 @@ class NeighborConfig:
             the same, because each pair costs the model far more than the distance check
             (message passing: a skin of 0.5 Å at a 5 Å cutoff is a third more pairs).
             Compiled runs pass them (fixed shapes).
+        pairs_between_ghosts: the model also reads pairs whose two atoms are ghost rows
+            (features on pairs updated from the pairs around them, such as CHGNet's bond
+            graph), so a view lists every pair among its rows, not only those touching an
+            owned atom. The halo strategy only: graph partition and LAMMPS refuse it.
+        ghost_layers: cutoffs of ghosts the model needs when ghost atom rows are refreshed
+            after every aggregation onto atoms (1 for message passing on atoms; more for a
+            model whose pair features see further than one cutoff between two refreshes).
     """
 
     cutoff: float
     format: NeighborListFormat = NeighborListFormat.COO
     accepts_skin_pairs: bool = False
     prune_skin_pairs: bool = False
+    pairs_between_ghosts: bool = False
+    ghost_layers: int = 1
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):
             raise ValueError(f"cutoff must be a finite number > 0 Å, got {self.cutoff!r}")
+        if not (isinstance(self.ghost_layers, int) and self.ghost_layers >= 1):
+            raise ValueError(f"ghost_layers must be a positive integer, got {self.ghost_layers!r}")
 
     def passes_skin_pairs(self, compiled: bool = False) -> bool:
         """Whether a Verlet list (pairs up to cutoff + skin) is handed to the model without

@@ -183,7 +183,13 @@ def pretrained_sevennet_path(name: str) -> str:
     """The checkpoint file of sevenn's pretrained model `name`, resolved by sevenn's own
     name table; a ValueError for a model not shipped in sevenn's wheel (sevenn would
     download it: nvdd never does) or an unknown name."""
-    import sevenn.util  # optional dependency
+    try:
+        import sevenn.util  # optional dependency
+    except ImportError as missing:
+        raise ImportError(
+            f"pretrained SevenNet needs sevenn ({missing}): `make install-e3nn`, then run "
+            "with .venv-e3nn/bin/python"
+        ) from None
 
     def refuse(path: str, url: str) -> str:
         raise ValueError(

@@ -17,6 +17,7 @@ from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
 __all__ = [
     "Padding",
+    "PairListing",
     "ViewRows",
     "build_halo_view",
     "padded_pairs",
@@ -187,16 +188,25 @@ def _receive_ghosts(
     return owner_rank, incoming[:, 0], incoming[:, 1:]
 
 
+@dataclass(frozen=True)
+class PairListing:
+    """Which pairs a view lists: those closer than `radius` (Å: cutoff + skin) that touch
+    an owned row, or with `between_ghosts` every pair among the view's rows."""
+
+    radius: float
+    between_ghosts: bool = False
+
+
 def build_halo_view(
     comm: Communicator,
     partitioner: SpatialPartitioner,
     owned: Batch,
     padding: Padding,
-    list_pairs: bool = True,
+    pairs: PairListing | None = None,
 ) -> HaloView:
     """Select ghosts, build the plan and the neighbour list of this rank's `owned` atoms
-    (collective) and pad them. Without `list_pairs` the view has no pairs (an evaluation
-    that lists its own, such as chunks of the view)."""
+    (collective) and pad them. Without `pairs` the view has no pairs (an evaluation that
+    lists its own, such as chunks of the view)."""
     owned_positions = owned.positions.detach()
     cell = owned.cell[0].detach()
     device = owned_positions.device
@@ -213,10 +223,12 @@ def build_halo_view(
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
+    listing = pairs
     pairs = torch.empty(2, 0, dtype=torch.long, device=device)
     pair_units, built_shifts = torch.empty(0, 3, dtype=torch.long, device=device), None
-    if list_pairs:
-        listed = build_neighbor_list(local, cell, wrapped, partitioner.halo_width, touching=n_owned)
+    if listing is not None:
+        touching = None if listing.between_ghosts else n_owned
+        listed = build_neighbor_list(local, cell, wrapped, listing.radius, touching=touching)
         pairs, pair_units = listed.edge_index, listed.unit_shifts
         built_shifts = (cell, listed.shifts)
     per_row = torch.stack([owned.atomic_numbers.long(), owned.global_ids.long()], 1)
