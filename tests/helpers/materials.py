@@ -51,3 +51,11 @@ MATERIALS = {
     "cluster": mgo_cluster,
     "bulk": mgo_bulk,
 }
+
+
+def mgo_rod(seed: int = 4) -> Atoms:
+    """81 ions: a 9 x 3 x 3 rocksalt rod (17 Å long along x) in vacuum, without a cell: cut
+    in two across x, each half's 6 Å and 12 Å ghost shells hold different atoms."""
+    sites = np.array(list(itertools.product(range(9), range(3), range(3))))
+    symbols = ["Mg" if s.sum() % 2 == 0 else "O" for s in sites]
+    return _rattled(Atoms(symbols, positions=sites * MGO_A / 2, pbc=False), seed)

@@ -81,7 +81,7 @@ class SubdomainModel(nn.Module):
                 config,
                 width,
                 list_pairs=not chunked,  # chunks list theirs
-                between_ghosts=bool(neighbors and neighbors.pairs_between_ghosts),
+                ghost_pair_cutoff=neighbors.ghost_pair_cutoff if neighbors else None,
             )
         )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
@@ -248,9 +248,9 @@ def _with_model_ghosts(config: DomainConfig, neighbors: NeighborConfig | None) -
     partition when the model reads pairs between ghosts (its views hold no such pairs)."""
     if neighbors is None:
         return config
-    if neighbors.pairs_between_ghosts and config.strategy is StrategyKind.GRAPH_PARTITION:
+    if neighbors.ghost_pair_cutoff and config.strategy is StrategyKind.GRAPH_PARTITION:
         raise ValueError(
-            "the model reads pairs between ghost atoms (NeighborConfig.pairs_between_ghosts), "
+            "the model reads pairs between ghost atoms (NeighborConfig.ghost_pair_cutoff), "
             "which graph partition does not list: use the halo strategy"
         )
     if config.chunk_atoms is not None or neighbors.ghost_layers <= (config.halo_layers or 1):

@@ -38,7 +38,7 @@ class HaloDomain:
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
     system), then `build`. `halo_width` (Å) is the ghost shell's; without `list_pairs` views
     are built without pairs (for an evaluation that lists its own, such as chunks); with
-    `between_ghosts` they list the pairs between two ghosts too.
+    `ghost_pair_cutoff` (Å) they list the pairs between two ghosts closer than it (+ skin).
     """
 
     def __init__(
@@ -47,13 +47,16 @@ class HaloDomain:
         config: DomainConfig,
         halo_width: float,
         list_pairs: bool = True,
-        between_ghosts: bool = False,
+        ghost_pair_cutoff: float | None = None,
     ) -> None:
         self.comm = comm
         self.config = config
         self.halo_width = float(halo_width)
         self.list_pairs = list_pairs
-        self.between_ghosts = between_ghosts
+        skin = config.skin
+        self.pairs = PairListing(
+            config.cutoff + skin, None if ghost_pair_cutoff is None else ghost_pair_cutoff + skin
+        )
         self.partitioner: SpatialPartitioner | None = None
         self.view: HaloView | None = None
         self.padding_species = 1
@@ -257,10 +260,8 @@ class HaloDomain:
         padding = Padding(
             self.padding_species, partitioner.halo_width, *capacities, self.config.fixed_shapes
         )
-        pairs = PairListing(self.config.cutoff + self.config.skin, self.between_ghosts)
-        view = build_halo_view(
-            self.comm, partitioner, owned, padding, pairs if self.list_pairs else None
-        )
+        pairs = self.pairs if self.list_pairs else None
+        view = build_halo_view(self.comm, partitioner, owned, padding, pairs)
         self.view = view
         self.verlet.record(positions, cell)
         self.rebuilds += 1

@@ -191,10 +191,10 @@ def _receive_ghosts(
 @dataclass(frozen=True)
 class PairListing:
     """Which pairs a view lists: those closer than `radius` (Å: cutoff + skin) that touch
-    an owned row, or with `between_ghosts` every pair among the view's rows."""
+    an owned row, and with `ghost_radius` those closer than it between two ghost rows."""
 
     radius: float
-    between_ghosts: bool = False
+    ghost_radius: float | None = None
 
 
 def build_halo_view(
@@ -227,10 +227,15 @@ def build_halo_view(
     pairs = torch.empty(2, 0, dtype=torch.long, device=device)
     pair_units, built_shifts = torch.empty(0, 3, dtype=torch.long, device=device), None
     if listing is not None:
-        touching = None if listing.between_ghosts else n_owned
-        listed = build_neighbor_list(local, cell, wrapped, listing.radius, touching=touching)
-        pairs, pair_units = listed.edge_index, listed.unit_shifts
-        built_shifts = (cell, listed.shifts)
+        listed = build_neighbor_list(local, cell, wrapped, listing.radius, touching=n_owned)
+        pairs, pair_units, shifts = listed.edge_index, listed.unit_shifts, listed.shifts
+        if listing.ghost_radius is not None:
+            among = build_neighbor_list(local, cell, wrapped, listing.ghost_radius)
+            ghosts = (among.edge_index >= n_owned).all(0)
+            pairs = torch.cat([pairs, among.edge_index[:, ghosts]], 1)
+            pair_units = torch.cat([pair_units, among.unit_shifts[ghosts]])
+            shifts = torch.cat([shifts, among.shifts[ghosts]])
+        built_shifts = (cell, shifts)
     per_row = torch.stack([owned.atomic_numbers.long(), owned.global_ids.long()], 1)
     numbers, ids = local_rows(per_row).unbind(1)
     rows = ViewRows(plan, local, numbers, ids, pairs, units, pair_units, wrapped, built_shifts)
