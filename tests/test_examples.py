@@ -188,3 +188,13 @@ def test_rigid_ion_example() -> None:
 def test_cuda_graphs_example_resolves_auto_off_on_the_cpu() -> None:
     output = _ok([sys.executable, str(EXAMPLES / "single_gpu" / "cuda_graphs_md.py")], 120)
     assert "cuda_graphs resolved: False" in output
+
+
+@pytest.mark.chgnet
+@pytest.mark.skipif(importlib.util.find_spec("chgnet") is None, reason="needs chgnet")
+def test_chgnet_example() -> None:
+    script = EXAMPLES / "models" / "chgnet_dd.py"
+    output = _ok([sys.executable, str(script), "--ranks", "2", "--length", "6"], 300)
+    force_error = float(output.split("max |force difference|:")[1].split()[0])
+    magmom_error = float(output.split("max |magnetic moment difference|:")[1].split()[0])
+    assert "ghost shell 12 Å" in output and force_error < 1e-8 and magmom_error < 1e-10

@@ -13,6 +13,7 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.chgnet import CHGNetWrapper
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
@@ -48,6 +49,7 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "CHGNetWrapper",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
