@@ -122,8 +122,10 @@ def main() -> None:
         row["ase_over_theirs"] = times["nvdd_ase_md"] / times["theirs_ase_md"]
         row["max_abs_dF"] = float(np.abs(force_ours.results["forces"] - their_forces).max())
         rows.append(row)
-    print(f"{'model':10} {'atoms':>6} {'theirs F ms':>12} {'nvdd MD ms':>11} {'ratio':>6} "
-          f"{'their ASE ms':>13} {'nvdd ASE ms':>12} {'ratio':>6} {'max|dF|':>8}")
+    print(
+        f"{'model':10} {'atoms':>6} {'theirs F ms':>12} {'nvdd MD ms':>11} {'ratio':>6} "
+        f"{'their ASE ms':>13} {'nvdd ASE ms':>12} {'ratio':>6} {'max|dF|':>8}"
+    )
     for r in rows:
         print(
             f"{r['model']:10} {r['atoms']:6d} {1e3 * r['theirs_force']:12.1f} "

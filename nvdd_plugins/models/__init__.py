@@ -14,6 +14,8 @@ from nvdd_plugins.models.base import (
     model_dtype,
 )
 from nvdd_plugins.models.chgnet import CHGNetWrapper
+from nvdd_plugins.models.composed import SumModel, spec_union
+from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
@@ -50,6 +52,7 @@ __all__ = [
     "BaseModelMixin",
     "BornMayerHuggins",
     "CHGNetWrapper",
+    "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
@@ -65,6 +68,7 @@ __all__ = [
     "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "SumModel",
     "UMAWrapper",
     "asked_for",
     "asking_for",
@@ -85,5 +89,6 @@ __all__ = [
     "random_uma",
     "rigid_ion_spec",
     "save_uma_checkpoint",
+    "spec_union",
     "uma_config",
 ]
