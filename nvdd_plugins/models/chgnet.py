@@ -127,10 +127,18 @@ class CHGNetWrapper(nn.Module, BaseModelMixin):
         )
         atom_graph = inputs.edge_index.t()
         has_angles = len(graphs.bond_graph) > 0
-        layers = zip(
-            model.atom_conv_layers[:-1], model.bond_conv_layers, model.angle_layers, strict=True
+        # the last block is an atom convolution only; the magnetic moments read the atom
+        # features before it
+        n_conv = len(model.atom_conv_layers)
+        blocks = zip(
+            model.atom_conv_layers,
+            [*model.bond_conv_layers, None],
+            [*model.angle_layers, None],
+            strict=True,
         )
-        for atom_layer, bond_layer, angle_layer in layers:
+        for index, (atom_layer, bond_layer, angle_layer) in enumerate(blocks):
+            if index == n_conv - 1:
+                magmoms = torch.abs(model.site_wise(atom_feas)).reshape(-1)
             atom_feas = atom_layer(
                 atom_feas=atom_feas,
                 bond_feas=bond_feas,
@@ -153,14 +161,6 @@ class CHGNetWrapper(nn.Module, BaseModelMixin):
                         angle_feas=angle_feas,
                         bond_graph=graphs.bond_graph,
                     )
-        magmoms = torch.abs(model.site_wise(atom_feas)).reshape(-1)
-        atom_feas = model.atom_conv_layers[-1](
-            atom_feas=atom_feas,
-            bond_feas=bond_feas,
-            bond_weights=bond_weights_ag,
-            atom_graph=atom_graph,
-            directed2undirected=graphs.directed2undirected,
-        )
         if model.readout_norm is not None:
             atom_feas = model.readout_norm(atom_feas)
         energies = model.mlp(atom_feas).reshape(-1)
