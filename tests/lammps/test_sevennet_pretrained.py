@@ -1,6 +1,6 @@
 """Pretrained SevenNet-0 through LAMMPS: the model file written by the CLI
 (`python -m lammps_interface --sevennet 7net-0`), `pair_style mliap unified` under the Python
-driver with the handle attached, at 1, 2 and 4 ranks (CI: 2), equals sevenn's own float64
+driver with the handle attached, at 1, 2 and 4 ranks (test-all), equals sevenn's own float64
 forward on MgO: a triclinic cell narrower than twice the cutoff and a slab with vacuum."""
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.lammps, pytest.mark.sevenn]
 
 ELEMENTS = ("Mg", "O")
 CASES = ("triclinic", "slab")
-RANKS = [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+# test-all only: each rank unpickles SevenNet-0 (35 s at np2); CI: the tiny SevenNet through
+# LAMMPS (tests/lammps/test_sevennet.py) and SevenNet-0 at 4 real gloo ranks
+RANKS = [pytest.param(n, marks=pytest.mark.slow) for n in (1, 2, 4)]
 
 
 def _system(name: str) -> LammpsSystem:
