@@ -19,6 +19,7 @@ from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
+from nvdd_plugins.models.loading import LOADERS, install_load_hint
 from nvdd_plugins.models.mace import MACEWrapper
 from nvdd_plugins.models.mace_builders import MACEArchitecture, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
@@ -43,8 +44,12 @@ from nvdd_plugins.models.virials import (
     per_atom_stresses,
 )
 
+# a plain torch.load of a saved model fails under weights-only loading: the note names the loader
+install_load_hint()
+
 __all__ = [
     "COULOMB_CONSTANT",
+    "LOADERS",
     "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
