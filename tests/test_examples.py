@@ -140,6 +140,7 @@ def test_sevennet0_nvt_example() -> None:
     output = _ok([*torchrun, str(script), "--cells", "2", "--steps", "5"], 300)
     assert "SevenNet-0 (sevenn 7net-0, float64) on rocksalt MgO, 64 atoms, 2 ranks" in output
     assert "Epot[eV]" in output and "Warning" not in output
+    assert any(line.split()[:2] == ["0", "0.00"] for line in output.splitlines())  # step 0
     force_error = float(output.split("max |dF| = ")[1].split()[0])
     assert force_error < 1e-8
 
