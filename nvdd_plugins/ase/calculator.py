@@ -99,6 +99,7 @@ class DomainDecomposedCalculator(Calculator):
         "stress",
         "energies",
         "stresses",
+        "magmoms",  # models with per-atom magnetic moments (CHGNet)
     ]
 
     def __init__(
@@ -242,6 +243,8 @@ class DomainDecomposedCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
         if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())
+        if "magmoms" in result:
+            self.results["magmoms"] = result["magmoms"].cpu().numpy()
 
     def _device_batch(self, atoms: Atoms, system_changes: list[str]) -> Batch:
         """The atoms on the device: the last batch with the new positions and cell written
@@ -274,6 +277,8 @@ def _wanted(properties: list[str] | tuple[str, ...], has_volume: bool, ranks: in
         wanted.add("stress")
     if has_volume and "stresses" in properties:
         wanted.add("stresses")
+    if "magmoms" in properties:  # a model output, asked for by name (collective then)
+        wanted.add("magmoms")
     return wanted
 
 

@@ -13,6 +13,7 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.chgnet import CHGNetWrapper
 from nvdd_plugins.models.composed import SumModel, spec_union
 from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
@@ -28,7 +29,12 @@ from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.requested import asked_for, asking_for
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
-from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.sevennet import (
+    SevenNetArchitecture,
+    SevenNetWrapper,
+    pretrained_sevennet_path,
+    random_sevennet,
+)
 from nvdd_plugins.models.uma import UMAWrapper
 from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
@@ -50,6 +56,7 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "CHGNetWrapper",
     "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
@@ -78,6 +85,7 @@ __all__ = [
     "new_pair_leaf",
     "pair_gradients_of",
     "per_atom_stresses",
+    "pretrained_sevennet_path",
     "random_aimnet2",
     "random_allegro",
     "random_mace",

@@ -3,6 +3,7 @@ or graph partition, as `DomainConfig.strategy` says), each rank holding only its
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 from typing import Any
@@ -26,7 +27,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.models import BaseModelMixin, asking_for
+from nvdd_plugins.models import BaseModelMixin, NeighborConfig, asking_for
 
 __all__ = ["DistributedModel", "SubdomainModel"]
 
@@ -67,7 +68,7 @@ class SubdomainModel(nn.Module):
             ),
         }
         self._graphs_required = config.cuda_graphs is True
-        config = config.with_graphs_resolved(needs, _on_cuda(model))
+        config = _with_model_ghosts(config.with_graphs_resolved(needs, _on_cuda(model)), neighbors)
         self.engine = HaloEngine(model, config, self.comm)
         self.config = config
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
@@ -75,7 +76,13 @@ class SubdomainModel(nn.Module):
         self.domain: HaloDomain | GraphDomain = (
             GraphDomain(self.comm, config)
             if config.strategy is StrategyKind.GRAPH_PARTITION
-            else HaloDomain(self.comm, config, width, list_pairs=not chunked)  # chunks list theirs
+            else HaloDomain(
+                self.comm,
+                config,
+                width,
+                list_pairs=not chunked,  # chunks list theirs
+                ghost_pair_cutoff=neighbors.ghost_pair_cutoff if neighbors else None,
+            )
         )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
@@ -233,6 +240,22 @@ class DistributedModel(SubdomainModel):
         batch = self.engine.batch(view, rows, owned.cell, owned.pbc)
         batch.add_node_property("global_ids", view.global_ids)
         return batch
+
+
+def _with_model_ghosts(config: DomainConfig, neighbors: NeighborConfig | None) -> DomainConfig:
+    """`config` with at least the ghost cutoffs the model asks for (`ghost_layers`) under a
+    per-layer refresh; a copy, the user's config is left as it is. Refused for graph
+    partition when the model reads pairs between ghosts (its views hold no such pairs)."""
+    if neighbors is None:
+        return config
+    if neighbors.ghost_pair_cutoff and config.strategy is StrategyKind.GRAPH_PARTITION:
+        raise ValueError(
+            "the model reads pairs between ghost atoms (NeighborConfig.ghost_pair_cutoff), "
+            "which graph partition does not list: use the halo strategy"
+        )
+    if config.chunk_atoms is not None or neighbors.ghost_layers <= (config.halo_layers or 1):
+        return config
+    return dataclasses.replace(config, halo_layers=neighbors.ghost_layers)
 
 
 def _on_cuda(model: nn.Module) -> bool:

@@ -22,7 +22,7 @@ from nvdd_plugins.decomposition import (
     row_counts,
 )
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.distributed_model.rows.view_build import Padding, build_halo_view
+from nvdd_plugins.distributed_model.rows.view_build import Padding, PairListing, build_halo_view
 from nvdd_plugins.geometry import VerletState
 
 __all__ = ["HaloDomain"]
@@ -37,16 +37,26 @@ class HaloDomain:
     (the state of the last rebuild: reference and padded capacities) goes stale, either
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
     system), then `build`. `halo_width` (Å) is the ghost shell's; without `list_pairs` views
-    are built without pairs (for an evaluation that lists its own, such as chunks).
+    are built without pairs (for an evaluation that lists its own, such as chunks); with
+    `ghost_pair_cutoff` (Å) they list the pairs between two ghosts closer than it (+ skin).
     """
 
     def __init__(
-        self, comm: Communicator, config: DomainConfig, halo_width: float, list_pairs: bool = True
+        self,
+        comm: Communicator,
+        config: DomainConfig,
+        halo_width: float,
+        list_pairs: bool = True,
+        ghost_pair_cutoff: float | None = None,
     ) -> None:
         self.comm = comm
         self.config = config
         self.halo_width = float(halo_width)
         self.list_pairs = list_pairs
+        skin = config.skin
+        self.pairs = PairListing(
+            config.cutoff + skin, None if ghost_pair_cutoff is None else ghost_pair_cutoff + skin
+        )
         self.partitioner: SpatialPartitioner | None = None
         self.view: HaloView | None = None
         self.padding_species = 1
@@ -250,7 +260,8 @@ class HaloDomain:
         padding = Padding(
             self.padding_species, partitioner.halo_width, *capacities, self.config.fixed_shapes
         )
-        view = build_halo_view(self.comm, partitioner, owned, padding, self.list_pairs)
+        pairs = self.pairs if self.list_pairs else None
+        view = build_halo_view(self.comm, partitioner, owned, padding, pairs)
         self.view = view
         self.verlet.record(positions, cell)
         self.rebuilds += 1
