@@ -15,6 +15,12 @@ from nvdd_plugins.models.base import (
 )
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
+from nvdd_plugins.models.heat_flux import (
+    HEAT_FLUX_TENSORS,
+    heat_flux_parts,
+    receptive_layers,
+    unfolded_heat_flux_tensors,
+)
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.mace import MACEWrapper
 from nvdd_plugins.models.mace_builders import MACEArchitecture, random_mace
@@ -37,6 +43,7 @@ from nvdd_plugins.models.virials import (
 
 __all__ = [
     "COULOMB_CONSTANT",
+    "HEAT_FLUX_TENSORS",
     "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
@@ -64,6 +71,7 @@ __all__ = [
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",
+    "heat_flux_parts",
     "host_checks_allowed",
     "model_dtype",
     "new_pair_leaf",
@@ -75,7 +83,9 @@ __all__ = [
     "random_nequip",
     "random_sevennet",
     "random_uma",
+    "receptive_layers",
     "rigid_ion_spec",
     "save_uma_checkpoint",
     "uma_config",
+    "unfolded_heat_flux_tensors",
 ]
