@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             model.check_species(torch.tensor([atomic_numbers.get(e, 0) for e in args.elements]))
         bridge = MLIAPModel(model, args.elements, DTYPES[args.dtype], n_layers, device=args.device)
         bridge.pickle(args.output)
-    except (OSError, ValueError) as err:
+    except (OSError, TypeError, ValueError) as err:
         parser.error(str(err))
     print(
         f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "

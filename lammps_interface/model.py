@@ -24,6 +24,15 @@ from nvdd_plugins.models import BaseModelMixin, model_dtype
 __all__ = ["MLIAPModel"]
 
 _RUNTIME = ("_halo", "_fallback", "_staging")
+FORMAT_VERSION = 2
+"""The model file's layout: 2 (this release) records it as `format_version`; files without
+it are 1 (the releases before), which load with their runtime fields set afresh."""
+_PERSISTENT = ("model", "dtype", "n_layers", "_numbers", "element_types", "rcutfac")
+_ADDED_SINCE_1 = {"device": None}  # fields newer than format 1, with what older files mean
+_REGENERATE = (
+    "write it again with this release: `python -m lammps_interface ... -o FILE` or "
+    "`MLIAPModel(model, elements).pickle(FILE)`"
+)
 _VIRIAL_PER_ATOM = 0x04 | 0x08
 """LAMMPS's VIRIAL_ATOM | VIRIAL_CENTROID bits of `data.vflag` (force.h): a compute wants
 per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat/flux`)."""
@@ -79,6 +88,16 @@ class MLIAPModel(MLIAPUnified):
         unknown = [e for e in element_types if e not in atomic_numbers]
         if unknown or not element_types:
             raise ValueError(f"element_types must be element symbols, got {list(element_types)}")
+        if not model.model_config.edge_energy:
+            raise ValueError(
+                f"{type(model).__name__} has a reciprocal-space term (a sum over the periodic "
+                "cell, such as Ewald or PME), and ML-IAP hands a model only atoms and their "
+                "neighbour pairs, so it cannot run through `pair_style mliap unified`. Run it "
+                "with DomainParallel or the ASE calculator, or in LAMMPS put its short-range "
+                "part into the pair style and the electrostatics into LAMMPS's own kspace "
+                "(`pair_style hybrid/overlay ... coul/long` with `kspace_style ewald` or "
+                "`pppm`)"
+            )
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
         self.dtype = dtype or model_dtype(model) or torch.float64
@@ -93,10 +112,28 @@ class MLIAPModel(MLIAPUnified):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(dict.fromkeys(_RUNTIME), interface=None)
+        state.update(dict.fromkeys(_RUNTIME), interface=None, format_version=FORMAT_VERSION)
         if _device_of(self.model).type != "cpu":  # the file pins no device
             state["model"] = copy.deepcopy(self.model).to("cpu")
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Load a model file of this release or an older one (runtime fields start empty);
+        a newer or incomplete file is refused with what to do."""
+        state = {**_ADDED_SINCE_1, **state}
+        version = state.pop("format_version", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ValueError(
+                f"this nvdd model file has format version {version!r}, newer than this "
+                f"release reads ({FORMAT_VERSION}): update nvdd, or {_REGENERATE}"
+            )
+        missing = [name for name in _PERSISTENT if name not in state]
+        if missing:
+            raise ValueError(
+                f"this nvdd model file (format version {version}) lacks {missing}: {_REGENERATE}"
+            )
+        self.__dict__.update(state)
+        self.__dict__.update(dict.fromkeys(_RUNTIME))
 
     def compute_descriptors(self, data: Any) -> None:
         """Not used: the model maps positions to energies and forces in one pass."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -53,6 +53,12 @@ class Communicator(ABC):
     @abstractmethod
     def barrier(self) -> None:
         """Wait until every rank arrives."""
+
+    def end_job(self, message: str) -> NoReturn:
+        """End this rank's part in the group when its peers may wait for it in a collective
+        that it cannot finish. Ranks in one process (this default) raise `RuntimeError`;
+        ranks in their own processes print `message` and end the whole job."""
+        raise RuntimeError(message)
 
     def all_to_all_counts(self, counts: Sequence[int]) -> list[int]:
         """`counts[q]` is what this rank sends to q; returns what each rank sends to this one."""

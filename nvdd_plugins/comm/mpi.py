@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
+from nvdd_plugins.comm.launch import abort_job
 from nvdd_plugins.comm.staging import Staging
 
 __all__ = ["MPICommunicator"]
@@ -82,3 +84,8 @@ class MPICommunicator(Communicator):
     def barrier(self) -> None:
         """`Barrier`."""
         self.comm.Barrier()
+
+    def end_job(self, message: str) -> NoReturn:
+        """Print `message` and abort every rank of MPI's world."""
+        sys.stderr.write(f"[rank{self.rank}]: {message}\n")
+        abort_job(mpi=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -86,6 +86,10 @@ class TimedCommunicator(Communicator):
         """`Communicator.barrier`, timed."""
         with self._clock(torch.device("cpu")):
             self.inner.barrier()
+
+    def end_job(self, message: str) -> NoReturn:
+        """`Communicator.end_job` of the wrapped communicator."""
+        self.inner.end_job(message)
 
     @contextmanager
     def computing(self, device: torch.device) -> Iterator[None]:

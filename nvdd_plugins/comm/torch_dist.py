@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
+from nvdd_plugins.comm.launch import abort_job, detect_launch
 
 __all__ = ["TorchDistCommunicator"]
 
@@ -100,3 +102,9 @@ class TorchDistCommunicator(Communicator):
     def barrier(self) -> None:
         """`torch.distributed.barrier`."""
         dist.barrier(group=self.group)
+
+    def end_job(self, message: str) -> NoReturn:
+        """Print `message` and end the job: MPI aborts every rank under mpirun, otherwise
+        this process exits and its launcher stops the others."""
+        sys.stderr.write(f"[rank{dist.get_rank()}]: {message}\n")
+        abort_job(detect_launch().launcher == "mpirun")

@@ -17,13 +17,12 @@ from nvdd_plugins.comm import (
     LaunchInfo,
     LocalCommunicator,
     TorchDistCommunicator,
-    abort_job,
     detect_launch,
     end_job_on_exception,
     set_default_communicator,
     slurm_first_host,
 )
-from nvdd_plugins.parallel.failures import forget_failures, noted_failure
+from nvdd_plugins.parallel.failures import end_job_after_failure, forget_failures
 
 __all__ = ["DistributedManager"]
 
@@ -153,20 +152,8 @@ class DistributedManager:
         wait in that call's collective: cleanup then ends the job, as the exception hook would.
         """
         propagating = sys.exc_info()[0] is not None
-        failure = noted_failure()
-        if (
-            failure is not None
-            and not propagating
-            and dist.is_available()
-            and dist.is_initialized()
-        ):
-            launcher = cls._current.info.launcher if cls._current else detect_launch().launcher
-            sys.stderr.write(
-                f"[rank{dist.get_rank()}]: DistributedManager.cleanup(): {failure} left "
-                "DomainParallel on this rank while the other ranks may wait for it in a "
-                "collective; ending the job instead of waiting in cleanup's barrier\n"
-            )
-            abort_job(launcher == "mpirun")
+        if cls._current is not None and not propagating:
+            end_job_after_failure(cls._current.mesh, "DistributedManager.cleanup()")
         if dist.is_available() and dist.is_initialized() and not propagating:
             dist.barrier()
             dist.destroy_process_group()
