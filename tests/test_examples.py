@@ -174,3 +174,14 @@ def test_rigid_ion_example() -> None:
 def test_cuda_graphs_example_resolves_auto_off_on_the_cpu() -> None:
     output = _ok([sys.executable, str(EXAMPLES / "single_gpu" / "cuda_graphs_md.py")], 120)
     assert "cuda_graphs resolved: False" in output
+
+
+def test_green_kubo_example_short_form(tmp_path) -> None:
+    """The heat-flux example in its CI form (one process; the docstring's torchrun and
+    mpirun lines run the same DomainParallel code on two ranks): it reports kappa with an
+    error and the literature, and writes the plot (matplotlib is in .venv) and the series."""
+    output_prefix = tmp_path / "gk"
+    script = EXAMPLES / "heat_flux" / "green_kubo_argon.py"
+    output = _ok([sys.executable, str(script), "--short", "--output", str(output_prefix)], 120)
+    assert "kappa(0.3 ps) =" in output and "Viscardy et al. 2007" in output
+    assert (tmp_path / "gk.png").exists() and (tmp_path / "gk.npz").exists()

@@ -49,14 +49,14 @@ class HeatFluxLogger:
 
     def __call__(self, ctx: HookContext, stage: DynamicsStage) -> None:
         """Record the flux of the step that just ended (collective under DomainParallel)."""
-        tensors = ctx.results.get(HEAT_FLUX_TENSORS)
-        if tensors is None:
+        tensors, batch = ctx.results.get(HEAT_FLUX_TENSORS), ctx.batch
+        if tensors is None or tensors.shape[0] != batch.num_nodes:
             raise RuntimeError(
-                "HeatFluxLogger found no heat-flux tensors in the step's results: attach it "
-                "to the dynamics or its DomainParallel (which ask the model for them), and "
-                "do not give it DomainParallel scope RANK_ZERO or GLOBAL"
+                "HeatFluxLogger needs the step's heat-flux tensors of the atoms it is given: "
+                "attach it to the dynamics or its DomainParallel (which ask the model for "
+                "them), and do not give it DomainParallel scope RANK_ZERO or GLOBAL (its "
+                "batch is then the gathered system, the results this rank's)"
             )
-        batch = ctx.batch
         convective, potential = heat_flux_parts(
             ctx.results["energies"], batch.atomic_masses, batch.velocities, tensors
         )

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import nvdd_plugins.distributed_model.evaluation.heat_flux as evaluation_flux
-from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
+from nvdd_plugins import Batch, DomainConfig, DomainParallel, HookScope, ReplicatedModel
 from nvdd_plugins.comm import LocalCommunicator, run_simulated
 from nvdd_plugins.config import StrategyKind
+from nvdd_plugins.dynamics import NVE, HeatFluxLogger
 from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, SimpleMPNN, evaluate_model
 from nvdd_plugins.models.mpnn import _Interaction
 from tests.helpers.oracle import replicated
@@ -20,6 +21,7 @@ from tests.helpers.systems import SYSTEMS, lj_model, mpnn_model
 TENSOR_TOL = 1e-10  # eV, per atom and component
 PROPERTIES = ("energy", "forces", HEAT_FLUX_TENSORS)
 RANKS = (1, 2, 4)
+LJ_MODEL = lj_model()
 
 
 def _tiny_mace() -> BaseModelMixin:
@@ -149,6 +151,24 @@ def test_refusals() -> None:
         run_simulated(2, run)
     with pytest.raises(ValueError, match="chunk_atoms"):
         replicated(LocalCommunicator(), mpnn_model(), atoms, PROPERTIES, chunk_atoms=64)
+    with pytest.raises(ValueError, match="compile=True"):
+        replicated(LocalCommunicator(), lj_model(), atoms, PROPERTIES, compile=True)
     with pytest.raises(ValueError, match="halo strategy"):
         graph = StrategyKind.GRAPH_PARTITION
         replicated(LocalCommunicator(), mpnn_model(), atoms, PROPERTIES, strategy=graph)
+
+
+def test_the_logger_refuses_a_gathered_scope() -> None:
+    """Under DomainParallel the hook needs its rank's own results (LOCAL scope)."""
+    full = Batch.from_atoms(SYSTEMS["bulk"]())
+    full.add_node_property("velocities", torch.zeros_like(full.positions))
+
+    def run(comm):
+        config = DomainConfig(cutoff=LJ_MODEL.cutoff, skin=0.3, mesh=comm)
+        dynamics = DomainParallel(NVE(LJ_MODEL, 2.0), config, 1)
+        dynamics.attach(HeatFluxLogger(), scope=HookScope.GLOBAL)
+        dynamics.partition(full.copy() if comm.rank == 0 else None)
+        dynamics.run()
+
+    with pytest.raises(RuntimeError, match="do not give it DomainParallel scope"):
+        run_simulated(2, run)
