@@ -93,10 +93,11 @@ class MLIAPModel(MLIAPUnified):
                 f"{type(model).__name__} has a reciprocal-space term (a sum over the periodic "
                 "cell, such as Ewald or PME), and ML-IAP hands a model only atoms and their "
                 "neighbour pairs, so it cannot run through `pair_style mliap unified`. Run it "
-                "with DomainParallel or the ASE calculator, or in LAMMPS put its short-range "
-                "part into the pair style and the electrostatics into LAMMPS's own kspace "
-                "(`pair_style hybrid/overlay ... coul/long` with `kspace_style ewald` or "
-                "`pppm`)"
+                "with DomainParallel or the ASE calculator; for fixed point charges, LAMMPS "
+                "itself can take the short-range part as the pair style and the "
+                "electrostatics into its own kspace (`pair_style hybrid/overlay ... "
+                "coul/long` with `kspace_style ewald` or `pppm`); learned charges (AIMNet2) "
+                "have no such split"
             )
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)

@@ -162,6 +162,17 @@ def test_aimnet2_example() -> None:
     assert abs(charge - 1) < 1e-4 and error < 1e-8
 
 
+@pytest.mark.aimnet
+@pytest.mark.skipif(importlib.util.find_spec("aimnet") is None, reason="needs aimnet")
+def test_aimnet2_lattice_example() -> None:
+    """AIMNet2 with PME, its mesh in slabs, on 2 simulated ranks (D3: tests of its own)."""
+    script = EXAMPLES / "models" / "aimnet2_lattice_dd.py"
+    command = [sys.executable, str(script), "--ranks", "2", "--molecules", "3"]
+    output = _ok([*command, "--layout", "slabs"], 240)
+    error = float(output.split("max |force difference|:")[1].split()[0])
+    assert "81 atoms" in output and "layout='slabs'" in output and error < 1e-8
+
+
 def test_rigid_ion_example() -> None:
     script = EXAMPLES / "models" / "rigid_ion_dd.py"
     command = [sys.executable, str(script), "--ranks", "4", "--method", "pme"]

@@ -124,14 +124,7 @@ class DomainDecomposedCalculator(Calculator):
         self.strategy = StrategyKind(strategy)
         self.chunk_atoms = chunk_atoms
         self.cuda_graphs = cuda_graphs
-        self.config = DomainConfig(  # checked here, not at the first (collective) calculation
-            cutoff=model.cutoff,
-            skin=self.skin,
-            mesh=self.comm,
-            strategy=self.strategy,
-            chunk_atoms=chunk_atoms,
-            cuda_graphs=cuda_graphs,
-        )
+        self._domain_config()  # checked here, not at the first (collective) calculation
         if cuda_graphs is True and self.device.type != "cuda":
             raise ValueError(
                 f"cuda_graphs=True needs a CUDA device, not {self.device}: pass "
@@ -145,10 +138,21 @@ class DomainDecomposedCalculator(Calculator):
     def replicated_model(self) -> ReplicatedModel:
         """The `ReplicatedModel` of the current decomposition (made on first use)."""
         if self._replicated is None:
-            self._replicated = ReplicatedModel(self.model, self.config, captured_steps=True)
+            config = self._domain_config()
+            self._replicated = ReplicatedModel(self.model, config, captured_steps=True)
             graphs = self._replicated.config.cuda_graphs is True
             self._graphed = GraphedCalls(self._replicated) if graphs else None
         return self._replicated
+
+    def _domain_config(self) -> DomainConfig:
+        return DomainConfig(
+            cutoff=self.model.cutoff,
+            skin=self.skin,
+            mesh=self.comm,
+            strategy=self.strategy,
+            chunk_atoms=self.chunk_atoms,
+            cuda_graphs=self.cuda_graphs,
+        )
 
     @property
     def graphed_calls(self) -> GraphedCalls | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.comm.all_to_all import all_to_all_rows
 from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.halo_plan import HaloPlan
 from nvdd_plugins.comm.launch import (
@@ -48,6 +49,7 @@ __all__ = [
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",
+    "all_to_all_rows",
     "computing",
     "copy_to_ghosts",
     "copy_to_ghosts_",

@@ -11,7 +11,7 @@ section less what its communication took.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NoReturn
 
@@ -71,6 +71,16 @@ class TimedCommunicator(Communicator):
         """`Communicator.all_reduce`, timed."""
         with self._clock(tensor.device):
             return self.inner.all_reduce(tensor, op)
+
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`Communicator.all_to_all`, timed."""
+        with self._clock(template.device):
+            return self.inner.all_to_all(sends, recv_counts, template)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`Communicator.all_gather`, timed."""

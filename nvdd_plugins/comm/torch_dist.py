@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import torch
@@ -73,6 +73,29 @@ class TorchDistCommunicator(Communicator):
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
         return {p: b.to(template.device) for p, b in buffers.items()}
+
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`torch.distributed.all_to_all_single` with uneven splits of the rows."""
+        if len(sends) != self.size or len(recv_counts) != self.size:
+            raise ValueError(f"need one tensor and one count per rank ({self.size})")
+        device = self.staging_device or template.device
+        staged = torch.cat([self._stage(t.reshape(-1, *template.shape[1:])) for t in sends])
+        received = torch.empty(
+            (sum(recv_counts), *template.shape[1:]), dtype=template.dtype, device=device
+        )
+        dist.all_to_all_single(
+            received,
+            staged,
+            output_split_sizes=list(recv_counts),
+            input_split_sizes=[int(t.shape[0]) for t in sends],
+            group=self.group,
+        )
+        return list(received.to(template.device).split(list(recv_counts)))
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """`torch.distributed.all_reduce` on a copy."""

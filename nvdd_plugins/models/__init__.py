@@ -13,6 +13,8 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.composed import SumModel, spec_union
+from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.heat_flux import (
@@ -50,6 +52,7 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
@@ -65,6 +68,7 @@ __all__ = [
     "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "SumModel",
     "UMAWrapper",
     "asked_for",
     "asking_for",
@@ -86,6 +90,7 @@ __all__ = [
     "receptive_layers",
     "rigid_ion_spec",
     "save_uma_checkpoint",
+    "spec_union",
     "uma_config",
     "unfolded_heat_flux_tensors",
 ]
