@@ -92,6 +92,36 @@ def test_without_the_image_terms_a_periodic_multilayer_model_is_wrong(
     assert max(_deviations(mpnn, SYSTEMS["cluster"](), world_size)) < TENSOR_TOL
 
 
+def test_without_the_shift_in_maces_own_exchange_it_is_wrong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MACE's owned-rows path exchanges node features inside its own autograd function,
+    where no refresh can be tapped: the image shift is applied in that exchange's backward
+    (`FluxTaps.adjoint_of`, once per exchange and rank). Without it MACE is wrong."""
+    model, atoms = _tiny_mace(), _atoms("mace", "bulk")
+    counted = []
+    exchanged = evaluation_flux.FluxTaps.exchanged
+
+    def counting(taps, refreshed):
+        counted.append(1)
+        return exchanged(taps, refreshed)
+
+    monkeypatch.setattr(evaluation_flux.FluxTaps, "exchanged", counting)
+    assert max(_deviations(model, atoms, 2)) < TENSOR_TOL
+    assert len(counted) == 2  # one exchange per forward on each rank
+
+    def unshifted(taps, grad):
+        taps._pending -= 1
+        if taps._recording:
+            taps._exchange_adjoints[taps._pending] = grad.detach().clone()
+        return grad
+
+    monkeypatch.setattr(evaluation_flux.FluxTaps, "adjoint_of", unshifted)
+    wrong = max(_deviations(model, atoms, 2))
+    print(f"mace/bulk without the exchange's shift at 2 ranks: {wrong:.1e} eV")
+    assert wrong > 1e4 * TENSOR_TOL
+
+
 @pytest.mark.parametrize("system", ["bulk", "cluster"])
 def test_without_the_ghost_rows_tensors_are_wrong(
     system: str, monkeypatch: pytest.MonkeyPatch

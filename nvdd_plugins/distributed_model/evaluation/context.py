@@ -86,8 +86,20 @@ class HaloContext:
         return sum_ghosts_into_owners(tensor, self.slot)
 
     def owned_rows(self) -> OwnedRows:
-        """This layout as a model sees it through `nvdd_plugins.spec.owned_rows`."""
-        return OwnedRows(self.n_owned, self.n_rows, self.refresh, self.sum_into_owners)
+        """This layout as a model sees it through `nvdd_plugins.spec.owned_rows` (with
+        `taps`, its refreshes are those of the heat flux too)."""
+        taps = self.taps
+        if taps is None:
+            return OwnedRows(self.n_owned, self.n_rows, self.refresh, self.sum_into_owners)
+
+        def refresh(tensor: torch.Tensor) -> torch.Tensor:
+            exchanged = tensor if not self.exchanges else copy_to_ghosts(tensor, self.slot)
+            return taps.exchanged(exchanged)
+
+        def refresh_adjoint(grad: torch.Tensor) -> torch.Tensor:
+            return self.sum_into_owners(taps.adjoint_of(grad))
+
+        return OwnedRows(self.n_owned, self.n_rows, refresh, refresh_adjoint)
 
     def refresh_rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """`refresh` for a node-indexed tensor; any other tensor is returned as it is."""

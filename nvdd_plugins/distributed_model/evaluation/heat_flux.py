@@ -71,6 +71,12 @@ class FluxTaps:
         self._tapped: list[tuple[torch.Tensor, int]] = []  # refreshed tensor, its version
         self._adjoints: dict[int, torch.Tensor] = {}
         self._recording = False
+        # refreshes inside a model's own autograd function (no graph to tap): their
+        # backward brings the adjoint, and the image shift is applied there (`adjoint_of`)
+        self._exchanges = 0
+        self._pending = 0  # of the backward under way, counted down (reverse order)
+        self._exchange_adjoints: dict[int, torch.Tensor] = {}
+        self._axis: int | None = None  # the component whose backward is under way
 
     @classmethod
     def of(
@@ -95,6 +101,27 @@ class FluxTaps:
         self._tapped.append((tensor, tensor._version))
         return tensor
 
+    def exchanged(self, refreshed: torch.Tensor) -> torch.Tensor:
+        """A refresh a model asked for (`OwnedRows.refresh`): tapped where autograd records
+        it, else counted for its backward (`adjoint_of`)."""
+        if torch.is_grad_enabled() and refreshed.requires_grad:
+            return self.tap(refreshed)
+        self._exchanges += 1
+        return refreshed
+
+    def adjoint_of(self, grad: torch.Tensor) -> torch.Tensor:
+        """The gradient at a counted refresh's output (`OwnedRows.refresh_adjoint`, in the
+        model's backward, latest refresh first) before it goes to the owners: kept in the
+        energy's backward; in the backward of component a, with -T_a a_g added on ghost
+        rows (the image shift that `image_terms` carries for tapped refreshes)."""
+        self._pending -= 1
+        if self._recording:
+            self._exchange_adjoints[self._pending] = grad.detach().clone()
+        elif self._axis is not None:
+            shift = self.offsets[:, self._axis].view(-1, *([1] * (grad.dim() - 1)))
+            grad = grad - shift.to(grad.dtype) * self._exchange_adjoints[self._pending]
+        return grad
+
     def received(self, index: int, grad: torch.Tensor) -> None:
         """The gradient at tapped tensor `index` during a backward (kept while recording)."""
         if self._recording:
@@ -103,7 +130,7 @@ class FluxTaps:
     @contextmanager
     def recording(self) -> Iterator[None]:
         """Within: a backward's gradients at the tapped tensors are kept (the energy's)."""
-        self._recording = True
+        self._recording, self._pending = True, self._exchanges
         try:
             yield
         finally:
@@ -117,9 +144,13 @@ class FluxTaps:
         target = phi - image_terms(self)
         moments = []
         for axis in range(3):
-            (moment,) = torch.autograd.grad(
-                target[axis], self.rows, retain_graph=axis < 2, allow_unused=True
-            )
+            self._axis, self._pending = axis, self._exchanges
+            try:
+                (moment,) = torch.autograd.grad(
+                    target[axis], self.rows, retain_graph=axis < 2, allow_unused=True
+                )
+            finally:
+                self._axis = None
             moments.append(torch.zeros_like(sites) if moment is None else moment)
         return torch.stack(moments, dim=1) - sites.unsqueeze(2) * gradient.unsqueeze(1)
 

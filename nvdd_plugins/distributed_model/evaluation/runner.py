@@ -187,10 +187,7 @@ class SpecRunner:
         """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
         batch = self._claimed(batch, view, ctx)
         if self.plan.marked and not checking:
-            # a model's own owned-rows path refreshes inside its autograd functions, where
-            # no refresh can be recorded for the heat flux
-            own = self.plan.owned_rows and ctx.taps is None
-            owned_rows = ctx.owned_rows() if own else None
+            owned_rows = ctx.owned_rows() if self.plan.owned_rows else None
             with refreshing_marks(ctx.refresh_rows, owned_rows):
                 return self.model(batch)
         return self._forward_in_mode(batch, ctx, check_indices=checking)
