@@ -17,7 +17,9 @@ h_g the refreshed row: Psi carries each contribution's image shift through the r
 off by lattice vectors wherever a contribution crossed a refresh from a periodic image
 (docs/heat_flux.md derives it). `FluxTaps` records the refreshes of one forward, the
 adjoints at them and the sites' offsets; `tensors` takes the three backward passes of
-Phi - Psi. Ghost rows' tensors are owed to their owners, as per-atom virials are.
+Phi - Psi. A refresh inside a model's own autograd function (MACE's owned-rows exchange),
+which autograd does not record, gets the same term in its backward instead (`adjoint_of`).
+Ghost rows' tensors are owed to their owners, as per-atom virials are.
 """
 
 from __future__ import annotations
