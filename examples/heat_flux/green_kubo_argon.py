@@ -131,15 +131,17 @@ def analyse(series: dict, temperatures: list[float], args, volume: float) -> Non
     except ImportError:
         print("matplotlib is not installed: no plot (the series are in the .npz)")
         return
-    lags = np.arange(len(kappa)) * args.dt / 1000
+    shown = min(len(kappa), 5 * lag + 1)  # the plateau, not the noise of the longest lags
+    lags = np.arange(shown) * args.dt / 1000
     figure, axis = plt.subplots(figsize=(6, 4))
-    axis.plot(lags, kappa, label="running integral")
+    axis.plot(lags, kappa[:shown], label="running integral")
     axis.axvline(args.window, color="grey", linestyle=":", label=f"window {args.window} ps")
     for name, (reference, spread) in LITERATURE.items():
         axis.axhspan(
             (reference - spread) * unit, (reference + spread) * unit, alpha=0.3, label=name
         )
-    axis.set(xlabel="t (ps)", ylabel="kappa (W/(m K))", title="Green–Kubo, LJ argon, T* 0.722")
+    title = f"Green–Kubo, LJ argon, {len(flux)} steps, T* {temperature / EPSILON_K:.3f}"
+    axis.set(xlabel="t (ps)", ylabel="kappa (W/(m K))", title=title)
     axis.legend()
     figure.savefig(args.output + ".png", dpi=120, bbox_inches="tight")
     print(f"wrote {args.output}.png and {args.output}.npz")
