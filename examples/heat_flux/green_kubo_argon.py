@@ -151,7 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=5, help="fcc cells per edge (4 atoms each)")
     parser.add_argument("--dt", type=float, default=10.0, help="time step, fs (0.0046 tau*)")
-    parser.add_argument("--equilibrate", type=int, default=3000, help="Langevin steps")
+    parser.add_argument("--equilibrate", type=int, default=10_000, help="Langevin steps")
     parser.add_argument("--steps", type=int, default=90_000, help="NVE steps with the flux")
     parser.add_argument("--window", type=float, default=4.0, help="integration window, ps")
     parser.add_argument("--blocks", type=int, default=10, help="blocks for the error")
