@@ -24,6 +24,7 @@ from nvdd_plugins.models.heat_flux import (
     unfolded_heat_flux_tensors,
 )
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
+from nvdd_plugins.models.loading import LOADERS, install_load_hint
 from nvdd_plugins.models.mace import MACEWrapper
 from nvdd_plugins.models.mace_builders import MACEArchitecture, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
@@ -43,9 +44,13 @@ from nvdd_plugins.models.virials import (
     per_atom_stresses,
 )
 
+# a plain torch.load of a saved model fails under weights-only loading: the note names the loader
+install_load_hint()
+
 __all__ = [
     "COULOMB_CONSTANT",
     "HEAT_FLUX_TENSORS",
+    "LOADERS",
     "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",

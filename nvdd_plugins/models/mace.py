@@ -100,7 +100,9 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         head: str | None = None,
         cuequivariance: bool = False,
     ) -> MACEWrapper:
-        """Load a mace model saved with `torch.save(model)` (a trusted file)."""
+        """Load a mace model saved with `torch.save(model)` (mace-torch's `.model` files, a
+        trusted file: it is unpickled with weights_only=False, as mace's own calculator
+        does; plain `torch.load(path)` refuses such a file)."""
         import mace  # noqa: F401  (optional dependency; sets mace's torch.load defaults)
 
         try:

@@ -9,7 +9,7 @@ from types import TracebackType
 
 import torch
 
-from nvdd_plugins.comm import Communicator, local_device
+from nvdd_plugins.comm import Communicator, local_device, note_steps
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
@@ -280,6 +280,7 @@ class DomainParallel:
         this rank's owned batch and whether the optimizer has converged mesh-wide (always
         False for an integrator)."""
         batch = self._owned(batch)
+        note_steps(self.dynamics)  # its step count shows if a collective stalls
         try:
             self.dynamics.prepare(batch)
             self._fire(DynamicsStage.BEFORE_STEP, batch)

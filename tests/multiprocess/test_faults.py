@@ -5,13 +5,12 @@ that says what happened (never a hang, never a run that carries on)."""
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.multiprocess import run_command
+from tests.helpers.multiprocess import TWO_RANKS, run_command
 
 pytestmark = pytest.mark.multiprocess
 
@@ -21,16 +20,7 @@ EXPECTED = {
     "nan": r"NonFiniteError",
     "kill": r"(?i)signal 9|SIGKILL",
 }
-LAUNCHERS = {
-    "torchrun": [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-    ],
-    "mpirun": ["mpirun", "-n", "2", sys.executable],
-}
+LAUNCHERS = TWO_RANKS
 
 
 @pytest.mark.parametrize("fault", sorted(EXPECTED))
