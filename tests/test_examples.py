@@ -211,3 +211,14 @@ def test_chgnet_example() -> None:
     force_error = float(output.split("max |force difference|:")[1].split()[0])
     magmom_error = float(output.split("max |magnetic moment difference|:")[1].split()[0])
     assert "ghost shell 12 Å" in output and force_error < 1e-8 and magmom_error < 1e-10
+
+
+def test_green_kubo_example_short_form(tmp_path) -> None:
+    """The heat-flux example in its CI form (one process; the docstring's torchrun and
+    mpirun lines run the same DomainParallel code on two ranks): it reports kappa with an
+    error and the literature, and writes the plot (matplotlib is in .venv) and the series."""
+    output_prefix = tmp_path / "gk"
+    script = EXAMPLES / "heat_flux" / "green_kubo_argon.py"
+    output = _ok([sys.executable, str(script), "--short", "--output", str(output_prefix)], 120)
+    assert "kappa(0.3 ps) =" in output and "Viscardy et al. 2007" in output
+    assert (tmp_path / "gk.png").exists() and (tmp_path / "gk.npz").exists()

@@ -18,6 +18,12 @@ from nvdd_plugins.models.composed import SumModel, spec_union
 from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
+from nvdd_plugins.models.heat_flux import (
+    HEAT_FLUX_TENSORS,
+    heat_flux_parts,
+    receptive_layers,
+    unfolded_heat_flux_tensors,
+)
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.loading import LOADERS, install_load_hint
 from nvdd_plugins.models.mace import MACEWrapper
@@ -49,6 +55,7 @@ install_load_hint()
 
 __all__ = [
     "COULOMB_CONSTANT",
+    "HEAT_FLUX_TENSORS",
     "LOADERS",
     "PME",
     "SPEC_LJ_HALO",
@@ -80,6 +87,7 @@ __all__ = [
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",
+    "heat_flux_parts",
     "host_checks_allowed",
     "model_dtype",
     "new_pair_leaf",
@@ -92,8 +100,10 @@ __all__ = [
     "random_nequip",
     "random_sevennet",
     "random_uma",
+    "receptive_layers",
     "rigid_ion_spec",
     "save_uma_checkpoint",
     "spec_union",
     "uma_config",
+    "unfolded_heat_flux_tensors",
 ]

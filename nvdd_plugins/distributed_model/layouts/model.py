@@ -27,7 +27,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.models import BaseModelMixin, NeighborConfig, asking_for
+from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, NeighborConfig, asking_for
 
 __all__ = ["DistributedModel", "SubdomainModel"]
 
@@ -105,6 +105,14 @@ class SubdomainModel(nn.Module):
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
         return status == REBUILD
 
+    def image_axes_for(self, properties: Iterable[str]) -> None:
+        """Before the rebuild check of an evaluation of `properties`: the heat flux needs
+        every periodic image of an atom as a row of its own, so from the first evaluation
+        asking for it on, views image every periodic axis (collective: every rank asks
+        for the same properties)."""
+        if HEAT_FLUX_TENSORS in properties and isinstance(self.domain, HaloDomain):
+            self.domain.image_periodic_axes()
+
     def rebuild(self, owned: Batch) -> HaloView:
         """Build the view of `owned` (this rank's atoms at their current positions) and have
         the engine re-decide what it may skip for that view (collective). Every rebuild,
@@ -132,7 +140,7 @@ class SubdomainModel(nn.Module):
         and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """
         wanted = self.engine.wanted(properties)
-        leaf = owned.positions.detach().requires_grad_(wanted.forces)
+        leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
         with computing(self.comm, leaf.device), asking_for(properties):
@@ -193,6 +201,8 @@ class DistributedModel(SubdomainModel):
         At a rebuild the atoms of `owned` migrate between ranks (its per-atom fields are
         replaced in place); results are for the owned atoms in `owned`'s current order.
         """
+        properties = tuple(properties)
+        self.image_axes_for(properties)
         self.prepare(owned)
         result = self.evaluate_view(self.domain.view, owned, properties)
         self._last_results = (result["energy"], result.get("forces"), result.get("energies"))

@@ -63,6 +63,7 @@ class HaloDomain:
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # atoms this rank received by migration so far
         self.rebalances = 0  # times the cuts moved to balance the load (setup included)
+        self.wrap = True  # wide unsplit periodic axes wrap (`image_periodic_axes`)
         growth = config.capacity_growth if config.fixed_shapes else None
         self.verlet = VerletState(config.skin, config.rebuild_threshold, growth)
 
@@ -81,12 +82,28 @@ class HaloDomain:
         origin, box, pbc, self.padding_species = self.comm.broadcast_object(payload, src=0)
         frame = DecompositionFrame(origin, box, pbc)
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, self.config.grid, self.halo_width
+            frame, self.comm.size, self.config.grid, self.halo_width, wrap=self.wrap
         )
         self.balance_from_root(full.positions if self.comm.rank == 0 and full is not None else None)
         self.view = None
         self.verlet.reset()
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
+
+    def image_periodic_axes(self) -> None:
+        """From the next build on, ghosts image every periodic axis instead of pairs wrapping
+        across its faces (the heat flux needs every image an explicit row); the next
+        rebuild check answers True where a view wrapped. Stays so; collective use only."""
+        if not self.wrap:
+            return
+        self.wrap = False
+        partitioner = self.partitioner
+        if partitioner is None or not bool(partitioner.wrapped_axes.any()):
+            return
+        self.partitioner = SpatialPartitioner(
+            partitioner.frame, self.comm.size, None, self.halo_width, partitioner.cuts, False
+        )
+        self.view = None
+        self.verlet.reset()
 
     # -- load balance ---------------------------------------------------------------------
     def balance_from_root(self, positions: torch.Tensor | None) -> None:
@@ -146,7 +163,7 @@ class HaloDomain:
             return
         partitioner = self._partitioner()
         self.partitioner = SpatialPartitioner(
-            partitioner.frame, self.comm.size, None, self.halo_width, cuts
+            partitioner.frame, self.comm.size, None, self.halo_width, cuts, self.wrap
         )
         self.rebalances += 1
 
@@ -164,7 +181,7 @@ class HaloDomain:
         if same_place and torch.equal(frame.box, current):
             return partitioner
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, None, self.halo_width, partitioner.cuts
+            frame, self.comm.size, None, self.halo_width, partitioner.cuts, self.wrap
         )
         return self.partitioner
 
@@ -299,7 +316,9 @@ class HaloDomain:
         rebuild reference back; without it the next evaluation rebuilds."""
         if cuts is not None:
             cuts.check()
-        self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.halo_width, cuts)
+        self.partitioner = SpatialPartitioner(
+            frame, self.comm.size, grid, self.halo_width, cuts, self.wrap
+        )
         self.padding_species = int(padding_species)
         self.view = None
         self.verlet.reset()
