@@ -128,11 +128,12 @@ def test_reciprocal_sums_left_per_rank_are_wrong(method: str) -> None:
     charges stay exact (their sums are all-reduced) but energy and forces are off."""
     wrapper, atoms, _, single = _lattice(method)
 
-    def per_rank(comm):
-        with reciprocal_sums_per_rank():
-            return replicated(comm, wrapper, atoms, PROPERTIES["bulk"])
-
-    for result in run_simulated(2, per_rank):
+    # patched once, around the ranks: a patch entered in each rank's thread can outlive them
+    with reciprocal_sums_per_rank():
+        results = run_simulated(
+            2, lambda comm: replicated(comm, wrapper, atoms, PROPERTIES["bulk"])
+        )
+    for result in results:
         assert float((result["charges"] - single["charges"]).abs().max()) < 1e-10
         errs = errors(result, single, len(atoms))
         assert errs["energy"] > 1e-4 and errs["forces"] > 1e-3, errs
