@@ -67,7 +67,8 @@ class HeatFluxLogger:
         self.potential.append(sums["potential"].detach().cpu())
         if self.stream is not None:
             values = " ".join(f"{float(x): .8e}" for x in (*sums["convective"], *sums["potential"]))
-            print(f"{time_fs:.3f} {values}", file=self.stream, flush=True)
+            self.stream.write(f"{time_fs:.3f} {values}\n")
+            self.stream.flush()
 
     def series(self) -> dict[str, torch.Tensor]:
         """The records so far: "time" (T,) fs and "convective", "potential", "total"
