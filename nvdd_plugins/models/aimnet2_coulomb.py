@@ -8,7 +8,18 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["dsf_coulomb", "short_range_coulomb"]
+from nvdd_plugins.models.base import host_checks_allowed
+
+__all__ = ["dsf_coulomb", "pairs_within", "short_range_coulomb"]
+
+
+def pairs_within(near: torch.Tensor, *per_pair: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows of each of `per_pair` where `near` holds; at fixed shapes (compiled, or
+    captured as a CUDA graph: no data-dependent shape) all of them, since aimnet's cutoff
+    functions weigh the pairs beyond their cutoffs exactly zero."""
+    if not host_checks_allowed():
+        return per_pair
+    return tuple(values[near] for values in per_pair)
 
 
 def _pair_energies_onto_atoms(
@@ -41,8 +52,7 @@ def dsf_coulomb(
     terms within `dsf_rc` (aimnet's `coulomb_matrix_dsf`) and the self term."""
     from aimnet import ops  # optional dependency
 
-    within = d_ij < head.dsf_rc
-    i, j, d = i[within], j[within], d_ij[within]
+    i, j, d = pairs_within(d_ij < head.dsf_rc, i, j, d_ij)
     pair = ops.coulomb_matrix_dsf(d, head.dsf_rc, head.dsf_alpha, {"mask_ij_lr": d < 0})
     energies = _pair_energies_onto_atoms(q[i] * q[j] * pair, i, head, n)
     alpha, rc = head.dsf_alpha, head.dsf_rc

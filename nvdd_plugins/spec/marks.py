@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -57,8 +57,25 @@ class _Marks(NamedTuple):
     rows: OwnedRows | None
 
 
-# How marked tensors are refreshed in a distributed forward without op interception.
-_MARKS: ContextVar[_Marks | None] = ContextVar("nvdd_marks", default=None)
+# How marked tensors are refreshed in a distributed forward without op interception: per
+# thread (simulated ranks are threads), in a `threading.local`, whose read torch.compile
+# traces and guards on (a `ContextVar.get` breaks the graph at every mark).
+_state = threading.local()
+
+
+def _marks() -> _Marks | None:
+    return getattr(_state, "marks", None)
+
+
+@contextmanager
+def _marking(marks: _Marks | None) -> Iterator[None]:
+    """Within (on this thread): `marks` are in force (nests; restored on exit)."""
+    previous = _marks()
+    _state.marks = marks
+    try:
+        yield
+    finally:
+        _state.marks = previous
 
 
 def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
@@ -67,7 +84,7 @@ def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
     take their owners' rows, as `ScatterOutputs` does for an adapted op's output."""
     if has_torch_function_unary(tensor):  # dispatched to the active interception mode
         return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
-    marks = _MARKS.get()
+    marks = _marks()
     return tensor if marks is None else marks.refresh(tensor)
 
 
@@ -77,11 +94,8 @@ def refreshing_marks(
 ) -> Iterator[None]:
     """Inside the block (this thread), marked tensors go through `refresh` (which leaves
     tensors that are not node-indexed as they are), and `owned_rows` yields `rows`."""
-    token = _MARKS.set(_Marks(refresh, rows))
-    try:
+    with _marking(_Marks(refresh, rows)):
         yield
-    finally:
-        _MARKS.reset(token)
 
 
 @contextmanager
@@ -92,12 +106,9 @@ def owned_rows() -> Iterator[OwnedRows | None]:
     inside the block, marks are not refreshed. None in any other forward (one process,
     under interception, or a mesh where some rank owns no atoms), where the model computes
     every row as usual."""
-    marks = _MARKS.get()
+    marks = _marks()
     if marks is None or marks.rows is None:
         yield None
         return
-    token = _MARKS.set(None)
-    try:
+    with _marking(None):
         yield marks.rows
-    finally:
-        _MARKS.reset(token)
