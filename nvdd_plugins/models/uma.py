@@ -87,6 +87,11 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         # submodule, so the parameters are listed once
         graph_backbone = copy.copy(backbone)
         graph_backbone.otf_graph = False
+        # nvdd takes forces and stress by autograd itself: the backbone need not make the
+        # positions and cell require grad (a call that would break a compiled graph)
+        graph_backbone.regress_config = replace(
+            backbone.regress_config, forces=False, stress=False
+        )
         object.__setattr__(self, "_graph_backbone", graph_backbone)
         self.energy_block = _energy_block(model)
         if backbone.use_dataset_embedding:
@@ -95,7 +100,12 @@ class UMAWrapper(nn.Module, BaseModelMixin):
                 raise ValueError(f"UMA needs task_name, one of {known}; got {task_name!r}")
         self.task_name = task_name
         self.charge, self.spin = int(charge), int(spin)
-        self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(backbone.cutoff)))
+        # fairchem's polynomial envelope is zero beyond the cutoff and weighs every message
+        # (pairs beyond it add exact zeros); eager forwards drop them all the same
+        neighbors = NeighborConfig(
+            float(backbone.cutoff), accepts_skin_pairs=True, prune_skin_pairs=True
+        )
+        self.model_config = ModelConfig.by_autograd(neighbors)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, **options: Any) -> UMAWrapper:
@@ -121,7 +131,10 @@ class UMAWrapper(nn.Module, BaseModelMixin):
             pos=positions,
             atomic_numbers=numbers,
             batch=inputs.batch_idx,
-            natoms=torch.bincount(inputs.batch_idx, minlength=n_graphs),
+            # (a bincount's shape depends on values: it would break a compiled graph)
+            natoms=per_graph.new_zeros(n_graphs).index_add_(
+                0, inputs.batch_idx, torch.ones_like(inputs.batch_idx)
+            ),
             edge_index=torch.stack([neighbour, center]),
             # every system's "cell" is the unit matrix: fairchem's shift = cell_offsets @ cell
             cell=unit_cell.expand(n_graphs, 3, 3),
