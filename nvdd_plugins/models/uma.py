@@ -89,9 +89,7 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         graph_backbone.otf_graph = False
         # nvdd takes forces and stress by autograd itself: the backbone need not make the
         # positions and cell require grad (a call that would break a compiled graph)
-        graph_backbone.regress_config = replace(
-            backbone.regress_config, forces=False, stress=False
-        )
+        graph_backbone.regress_config = replace(backbone.regress_config, forces=False, stress=False)
         object.__setattr__(self, "_graph_backbone", graph_backbone)
         self.energy_block = _energy_block(model)
         if backbone.use_dataset_embedding:

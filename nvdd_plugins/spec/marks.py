@@ -13,9 +13,9 @@ Sums over the whole system have their own marks (`global_sums`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
