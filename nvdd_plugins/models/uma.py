@@ -90,6 +90,7 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         # nvdd takes forces and stress by autograd itself: the backbone need not make the
         # positions and cell require grad (a call that would break a compiled graph)
         graph_backbone.regress_config = replace(backbone.regress_config, forces=False, stress=False)
+        graph_backbone.csd_embedding = _SystemEmbedding(backbone)
         object.__setattr__(self, "_graph_backbone", graph_backbone)
         self.energy_block = _energy_block(model)
         if backbone.use_dataset_embedding:
@@ -164,6 +165,29 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         )
         spec = uma_spec(n_layers=backbone.num_layers + 1, balanced=balanced)
         return for_strategy(spec, strategy)
+
+
+class _SystemEmbedding:
+    """fairchem's charge, spin and dataset embedding of the systems (`csd_embedding`),
+    computed once for each set of inputs: it depends on the wrapper's constants and the
+    weights alone, and fairchem's spin embedding indexes by value (`torch.where(spin ==
+    0)`), which torch.compile cannot capture in its graph. A compiled (or captured) forward
+    reads the value the eager forward before it, the checked one, computed."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        self.backbone = backbone
+        self._known: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, charge: torch.Tensor, spin: torch.Tensor, dataset: Any) -> torch.Tensor:
+        if not host_checks_allowed():
+            return next(iter(self._known.values()))
+        weights = tuple(t._version for t in self.backbone.parameters())
+        key = (tuple(charge.tolist()), tuple(spin.tolist()), dataset and tuple(dataset))
+        key += (charge.device, weights)
+        if key not in self._known:
+            embed = type(self.backbone).csd_embedding
+            self._known = {key: embed(self.backbone, charge, spin, dataset)}
+        return self._known[key]
 
 
 def uma_spec(n_layers: int | None = None, balanced: bool = False) -> MLIPSpec:

@@ -92,7 +92,7 @@ class SpecRunner:
         )
         with self._model_scope(batch):
             if plan.compiled and not self.checking:
-                return self._compiled_forward(batch.device)(batch, ctx)
+                return self._run_compiled(batch, ctx)
             if plan.shortcuts and not self._claims_verified:
                 return self._verified_forward(batch, view, ctx)
             return self._eager_forward(batch, view, ctx, self.checking)
@@ -209,14 +209,30 @@ class SpecRunner:
         self._claims_verified = True
         return out
 
+    def _run_compiled(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
+        """The compiled forward; a ValueError naming the model when torch.compile cannot
+        capture its forward as one graph (a data-dependent shape, a host read)."""
+        try:
+            return self._compiled_forward(batch.device)(batch, ctx)
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as err:
+            reason = str(err).strip().splitlines()[0]
+            raise ValueError(
+                f"compile=True needs a forward torch.compile captures as one graph; "
+                f"{type(self.model).__name__}'s breaks it ({reason}): run it with "
+                "compile=False"
+            ) from err
+
     def _compiled_forward(self, device: torch.device) -> Any:
         """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""
         if self._compiled is None:
             # torch 2.13's vectorised C++ code generation fails on small index_add_ targets
             # (per-system energy sums); scalar C++ code is correct. GPUs use Triton.
             options = {"cpp.vec_isa_ok": False} if device.type == "cpu" else None
+            # one graph, or an error: where dynamo breaks the graph, the code after the break
+            # runs without the interception the graph was traced under (wrong results)
             self._compiled = torch.compile(
                 self._forward_in_mode,
+                fullgraph=True,
                 dynamic=False,
                 mode=self.config.compile_mode,
                 options=options,
