@@ -9,9 +9,10 @@ import torch
 from nvdd_plugins.decomposition import BinGrid, KeyRuns
 from nvdd_plugins.geometry import build_neighbor_list
 
+SKEWED = torch.tensor([[14.0, 0.0, 0.0], [5.0, 13.0, 0.0], [-3.0, 4.0, 12.0]])
 CELLS = {
     "cubic": (torch.eye(3) * 17.0, (True, True, True)),
-    "triclinic": (torch.tensor([[14.0, 0.0, 0.0], [5.0, 13.0, 0.0], [-3.0, 4.0, 12.0]]), (True,) * 3),
+    "triclinic": (SKEWED, (True, True, True)),
     "narrow": (torch.eye(3) * torch.tensor([9.0, 30.0, 20.0]), (True, True, True)),
     "slab": (torch.eye(3) * 16.0, (True, True, False)),
     "open": (torch.zeros(3, 3), (False, False, False)),
