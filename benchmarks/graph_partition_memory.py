@@ -26,16 +26,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
-from common import fcc_batch, write_json
+from common import fcc_batch, gloo_reports, write_json
 
-from nvdd_plugins import DistributedManager, DomainConfig, DomainParallel
+from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.dynamics import NVE
@@ -65,7 +63,7 @@ def timed(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
     return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus)}
 
 
-def measure(comm: Communicator, args: argparse.Namespace) -> dict[str, Any]:
+def measure(comm: Communicator, device: torch.device, args: argparse.Namespace) -> dict[str, Any]:
     """This rank's figures for `args.design` (see the module docstring)."""
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # the peak resident set starts again from the current one
@@ -99,20 +97,6 @@ def measure(comm: Communicator, args: argparse.Namespace) -> dict[str, Any]:
         report["rebuild"] = timed(gathered_list, args.repeats)
     report["peak_mib"] = (_status_kib("VmHWM") - baseline_kib) / 1024
     return report
-
-
-def _spawned(rank: int, world_size: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
-    manager = DistributedManager.initialize(device="cpu")
-    torch.save(measure(manager.mesh, args), os.path.join(out, f"rank{rank}.pt"))
-    DistributedManager.cleanup()
 
 
 def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -162,14 +146,7 @@ def main() -> None:
     for design in args.designs:
         for world_size in args.ranks:
             args.design = design
-            with tempfile.TemporaryDirectory() as out:
-                mp.start_processes(
-                    _spawned,
-                    args=(world_size, args.port + world_size, args, out),
-                    nprocs=world_size,
-                    start_method="spawn",
-                )
-                reports = [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(world_size)]
+            reports = gloo_reports(world_size, args.port + world_size, measure, args)
             results[design][world_size] = summarise(reports)
             print(f"{design} P={world_size}: {results[design][world_size]}", flush=True)
     print(table(results))
