@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml scripts/install_mpi.sh scripts/install_lammps.sh
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned, so nothing pulls a CUDA build onto a CPU machine
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[mace,cueq,aimnet,dev]"
+	$(PY) -m pip install --quiet -e ".[mace,cueq,aimnet,d3,dev]"
 	scripts/install_lammps.sh $(PY)
 	touch $@
 

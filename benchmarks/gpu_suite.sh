@@ -54,13 +54,14 @@ step chunked_medium 300 chunked_mace.py --backend e3nn --preset medium --plain 4
 step chunked_cueq 300 chunked_mace.py --plain 629856 --atoms 2515456 --repeats 2 --verbose
 step chunked_multi 300 -m torch.distributed.run --standalone --nproc_per_node=2 mace_cueq.py \
     multi --largest 2515456 --chunk-atoms auto --repeats 2 --verbose
-# LAMMPS + nvdd on the GPU against DomainParallel and plain cuEq; LAMMPS is built first from the
-# trimmed source tarball in $LAMMPS_TARBALL (build_lammps_gpu.sh), the steps skipped without it
+# LAMMPS + nvdd on the GPU against DomainParallel and plain cuEq (each LAMMPS input with and
+# without `neigh_modify exclude group all all`); LAMMPS is built first from the trimmed source
+# tarball in $LAMMPS_TARBALL (build_lammps_gpu.sh), the steps skipped without it
 if [[ -n "${LAMMPS_TARBALL:-}" ]] && eval "$(bash build_lammps_gpu.sh "$LAMMPS_TARBALL")"; then
     step lammps_gpu 480 lammps_gpu.py compare --atoms 10976 108000
     step lammps_mace_mliap 200 lammps_gpu.py mace-mliap --atoms 10976 --steps 5
-    for ranks in 4 8; do  # MPI ranks sharing the one GPU, each with its LAMMPS sub-domain
+    for ranks in 1 4 8; do  # MPI ranks sharing the one GPU, each with its LAMMPS sub-domain
         launch="mpirun --allow-run-as-root --oversubscribe -n $ranks" \
-            step "lammps_np$ranks" 300 -m mpi4py lammps_gpu.py lammps --atoms 108000
+            step "lammps_np$ranks" 300 -m mpi4py lammps_gpu.py lammps --atoms 108000 --exclude-pairs
     done
 fi

@@ -17,11 +17,20 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32}
 METAL_SKIN = 2.0  # LAMMPS's default neighbour skin in metal units, Å
 
 
+EXAMPLES = """examples:
+  python -m lammps_interface --lj 0.0104 3.4 8.5 --shift --elements Ar -o lj.pkl
+  python -m lammps_interface --mpnn-seed 0 --cutoff 4.5 --elements Ar -o mpnn.pkl
+  python -m lammps_interface --mace model.pt --elements Cu -o mace.pkl
+then, in the input script (units metal), the lines it prints, and: mpirun -n 2 lmp -in in.x"""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m lammps_interface",
         description="Write an nvdd model as a pickle for `pair_style mliap unified <file> 0` "
         "(units metal) and print the input-script lines that load it.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kind = parser.add_mutually_exclusive_group(required=True)
     kind.add_argument(
@@ -96,10 +105,12 @@ def input_lines(path: str, elements: Sequence[str], n_layers: int, cutoff: float
             "python attach invoke",
             f"pair_style mliap unified {path} 0",
             f"pair_coeff * * {' '.join(elements)}",
-            "# optional with the two `python` lines: ML-IAP's C++ side then lists no pairs each",
-            "# step (faster at 10^5 atoms); refused on steps with per-atom virials:",
-            "#   neigh_modify exclude group all all",
-            "# without the two `python` lines (no ghost exchange, redundant compute) use instead:",
+            "# nvdd lists the model's pairs itself; this spares ML-IAP's C++ side its pair list",
+            "# each step (3x the step at 10^5 atoms). Remove it for per-atom virials (compute",
+            "# stress/atom, heat/flux) and computes that use neighbour lists (rdf, coord/atom):",
+            "neigh_modify exclude group all all",
+            "# without the two `python` lines (no ghost exchange, redundant compute) use instead",
+            "# (and no neigh_modify exclude: that mode computes from ML-IAP's pairs):",
             *(f"#   {line}" for line in fallback.splitlines()),
         ]
     )
@@ -116,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             model.check_species(torch.tensor([atomic_numbers.get(e, 0) for e in args.elements]))
         bridge = MLIAPModel(model, args.elements, DTYPES[args.dtype], n_layers, device=args.device)
         bridge.pickle(args.output)
-    except (OSError, ValueError) as err:
+    except (OSError, TypeError, ValueError) as err:
         parser.error(str(err))
     print(
         f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "

@@ -10,6 +10,8 @@ The shell width cannot be read without the handle; only a missing ghost list is 
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 from scipy.sparse import coo_array
@@ -80,7 +82,8 @@ class RedundantBridge:
         `pair_forces` the force (d E_owned / d rij) of every listed pair."""
         if rows.nlocal == 0:
             no_pair_forces = np.zeros((rows.pair_i.numel(), 3)) if pair_forces else None
-            return RowResults(np.zeros(rows.ntotal), np.zeros((rows.ntotal, 3)), no_pair_forces)
+            no_rows = np.zeros(rows.ntotal), np.zeros((rows.ntotal, 3))
+            return RowResults(*no_rows, finite=True, pair_forces=no_pair_forces)
         self._check_ghost_list(rows)
         self._warn_if_no_pairs(rows)
         edges, vectors = rows.edges(ghost_pairs=True)
@@ -94,13 +97,12 @@ class RedundantBridge:
         view = layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         no_cell = positions.new_zeros(1, 3, 3)
         out = layout(view, positions, no_cell, pair_gradients=pair_forces)
-        energies = self.staging.to_host("energies", out["energies"].double())
-        forces = self.staging.to_host("forces", out["forces"].double())
-        if not pair_forces:
-            return RowResults(energies, forces)
-        gradients = out["pair_gradients"][: edges.shape[1]].double()
-        per_pair = rows.pair_forces(gradients, ghost_pairs=True)
-        return RowResults(energies, forces, self.staging.to_host("pair_forces", per_pair))
+        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        per_pair = None
+        if pair_forces:
+            gradients = out["pair_gradients"][: edges.shape[1]].double()
+            per_pair = rows.pair_forces(gradients, ghost_pairs=True)
+        return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
 
     def _layout_for(self, rows: LocalRows) -> GivenRowsModel:
         if self._layout is None:
@@ -120,7 +122,9 @@ class RedundantBridge:
             f"fallback mode: ML-IAP lists no pairs around this rank's {rows.nlocal} atoms, so "
             "each is computed as an isolated atom. If the input has `neigh_modify exclude`, "
             "these results are wrong: remove it, or attach the LAMMPS handle (halo mode lists "
-            "its own pairs)"
+            "its own pairs)",
+            logging.WARNING,
+            every_rank=True,
         )
 
     def _check_ghost_list(self, rows: LocalRows) -> None:

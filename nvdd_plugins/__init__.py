@@ -7,6 +7,8 @@ working. Entry points: `DomainParallel` (torchrun/SLURM/mpirun), the ASE calcula
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import AtomicData, Batch
 from nvdd_plugins.distributed_model import (
@@ -17,6 +19,11 @@ from nvdd_plugins.distributed_model import (
 )
 from nvdd_plugins.dynamics import set_default_evaluator
 from nvdd_plugins.parallel import DistributedManager, DomainParallel, HookScope
+
+try:
+    __version__ = version("nvdd")  # the distribution's version (pyproject.toml)
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # an integrator run on its own evaluates through the same engine as DomainParallel at one rank
 set_default_evaluator(OneProcessEvaluator)
@@ -32,4 +39,5 @@ __all__ = [
     "HookScope",
     "ReplicatedModel",
     "StrategyKind",
+    "__version__",
 ]

@@ -130,7 +130,7 @@ class DomainConfig:
                 f"balance_threshold (max / mean owned atoms) must be >= 1, got "
                 f"{self.balance_threshold!r}"
             )
-        if self.cuda_graphs not in (True, False, "auto"):
+        if not (isinstance(self.cuda_graphs, bool) or self.cuda_graphs == "auto"):  # not 0, 1
             raise ValueError(f'cuda_graphs must be True, False or "auto", got {self.cuda_graphs!r}')
         if self.capacity_growth <= 1.0:
             raise ValueError("capacity_growth must be > 1")

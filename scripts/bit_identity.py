@@ -7,9 +7,9 @@ compare two dumps with `torch.equal`.
 `dump` writes one `<case>.pt` per case (a dict of output name -> tensor, rank 0's results;
 a case that raises stores its message under "_error"). Case names are
 `<model>-<system>-<path>-np<ranks>`; `--only` takes comma-separated fnmatch patterns of them.
-Models whose packages are not importable here (SevenNet: `.venv-sevenn`, NequIP and Allegro:
-`.venv-e3nn`) are skipped with a line; run the same command with that venv's python to add
-them to the same folder. `compare` prints, per case and output, whether the two are
+Models whose packages are not importable here (SevenNet, NequIP and Allegro: `.venv-e3nn`)
+are skipped with a line; run the same command with that venv's python to add them to the
+same folder. `compare` prints, per case and output, whether the two are
 `torch.equal` (and the largest absolute difference when not), and exits 1 when an output of
 A differs in B, is missing from B, or a case of A is missing or failed in B. Outputs and cases
 only in B are listed as new. How to use it: docs/bit_identity.md.

@@ -138,3 +138,36 @@ def test_unknown_balance_mode_and_threshold() -> None:
 def test_unknown_balance_weight() -> None:
     with pytest.raises(ValueError, match='balance_weight must be "atoms", "rows" or "time"'):
         DomainConfig(cutoff=5.0, balance_weight="ghosts")
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None, "True"])
+def test_cuda_graphs_takes_only_bools_and_auto(value) -> None:
+    """`0 in (True, False, "auto")` is true in Python: 0 passed and meant graphs on a GPU,
+    1 acted as "auto". Only True, False and "auto" are taken, by DomainConfig and the ASE
+    calculator alike (at construction, not at the first, collective, calculation)."""
+    with pytest.raises(ValueError, match='cuda_graphs must be True, False or "auto"'):
+        DomainConfig(cutoff=5.0, cuda_graphs=value)
+    with pytest.raises(ValueError, match='cuda_graphs must be True, False or "auto"'):
+        DomainDecomposedCalculator(lj_model(), cuda_graphs=value)
+
+
+@pytest.mark.parametrize("world_size", [1, 4])
+def test_float64_atoms_with_a_float32_model_are_cast_at_partition(world_size: int) -> None:
+    """`Batch.from_atoms` gives float64 fields; a float32 model raised a raw dtype error in its
+    first matrix product. partition() casts the system to the model's dtype, so the run is
+    the one of a system built in float32, bit for bit."""
+    model = mpnn_model().to(torch.float32)
+    atoms = SYSTEMS["bulk"]()
+
+    def run(comm, dtype):
+        config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=comm)
+        dd = DomainParallel(NVE(model, 1.0), config, 3)
+        batch = _with_velocities(atoms).to(dtype=dtype) if comm.rank == 0 else None
+        dd.partition(batch)
+        return dd.gather(dd.run())
+
+    cast = run_simulated(world_size, lambda comm: run(comm, torch.float64), timeout=60)[0]
+    built = run_simulated(world_size, lambda comm: run(comm, torch.float32), timeout=60)[0]
+    assert cast.positions.dtype == torch.float32
+    assert torch.equal(cast.positions, built.positions)
+    assert torch.equal(cast.velocities, built.velocities)

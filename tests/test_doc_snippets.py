@@ -10,6 +10,9 @@ The rules, for every block added later:
   deliberately not a script (it shows lines of a class, stands for the reader's own model,
   continues an earlier block, or needs a GPU, a trained model or a package CI lacks). It is
   only compiled, and WHY must say what it lacks.
+* `<!-- snippet: walkthrough: NAME -->` on the line just above the fence: the block is a
+  file of one of the README's first-run journeys, saved as NAME and run, as a user types
+  the journey's commands, by `tests/test_walkthrough.py`; here it is only compiled.
 * A marker line anywhere else (not just above a ```python fence) fails the test; blocks of
   any other language (```bash, plain ```) are not run.
 
@@ -34,7 +37,7 @@ from tests.helpers.multiprocess import REPO, run_command, run_mpi
 pytestmark = pytest.mark.multiprocess
 
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-MARKER = re.compile(r"<!-- snippet: (ranks=2|fragment)(?::\s*(.*?))?\s*-->")
+MARKER = re.compile(r"<!-- snippet: (ranks=2|fragment|walkthrough)(?::\s*(.*?))?\s*-->")
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,8 @@ def _snippets(document: Path) -> list[Snippet]:
 
 
 SNIPPETS = [snippet for document in DOCUMENTS for snippet in _snippets(document)]
-RUNNABLE = [s for s in SNIPPETS if s.marker != "fragment"]
-FRAGMENTS = [s for s in SNIPPETS if s.marker == "fragment"]
+RUNNABLE = [s for s in SNIPPETS if s.marker not in ("fragment", "walkthrough")]
+FRAGMENTS = [s for s in SNIPPETS if s.marker in ("fragment", "walkthrough")]
 
 
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.name for s in RUNNABLE])
@@ -88,7 +91,7 @@ def test_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
 def test_fragments_compile_and_say_why() -> None:
     for snippet in FRAGMENTS:
         compile(snippet.code, snippet.name, "exec")
-        assert snippet.why, f"{snippet.name}: a fragment marker must say what the block lacks"
+        assert snippet.why, f"{snippet.name}: a {snippet.marker} marker must say why (its file)"
     print("\n".join(f"{s.name}: {s.why}" for s in FRAGMENTS))
 
 

@@ -1,7 +1,9 @@
 """A NequIP or Allegro model under domain decomposition, against the same model in one process.
 
     make install-e3nn  # once: nequip and nequip-allegro in an overlay environment (e3nn 0.6)
-    .venv-e3nn/bin/python examples/models/nequip_dd.py [--model allegro] [--ranks 2] [--cells 3]
+    .venv-e3nn/bin/python examples/models/nequip_dd.py [--model {allegro,nequip}] [--ranks 2]
+
+(`--model` defaults to allegro; `--cells 3` fcc cells per box edge.)
 
 A tiny random-weight model built offline with nequip's own builders (for a trained one, wrap
 the `GraphModel` nequip loads from a checkpoint or package:
@@ -34,7 +36,9 @@ PROPERTIES = ("energy", "forces", "stress")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("allegro", "nequip"), default="allegro")
+    parser.add_argument(
+        "--model", choices=("allegro", "nequip"), default="allegro", help="default: allegro"
+    )
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--cells", type=int, default=3, help="fcc cells per box edge")
@@ -62,7 +66,10 @@ def main() -> None:
     split, exchanges = run_simulated(args.ranks, rank)[0]
     spec = model.distribution_spec()
     print(f"{len(atoms)} atoms, {args.model} with {args.layers} layers")
-    print(f"ghost shell: {spec.n_layers} cutoff(s); halo exchanges per step: {exchanges}")
+    # one cutoff of ghosts either way: NequIP's ghost rows are refreshed after each
+    # convolution (spec.n_layers cutoffs would be needed without that), Allegro is local
+    refresh = "strictly local" if spec.n_layers == 1 else "refreshed after each convolution"
+    print(f"ghost shell: 1 cutoff ({refresh}); halo exchanges per step: {exchanges}")
     print(f"energy: 1 process {float(single['energy'][0]):.10f} eV")
     print(f"energy: {args.ranks} ranks   {float(split['energy'][0]):.10f} eV")
     force_error = float((split["forces"] - single["forces"]).abs().max())

@@ -9,6 +9,7 @@ rank ends all of them.
 from __future__ import annotations
 
 import math
+import traceback
 import zlib
 from typing import Any, ClassVar, Literal
 
@@ -30,6 +31,7 @@ from nvdd_plugins.comm import (
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import NonFiniteError, ReplicatedModel
+from nvdd_plugins.errors import is_raised_on_every_rank, raised_on_every_rank
 from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["DomainDecomposedCalculator"]
@@ -119,6 +121,7 @@ class DomainDecomposedCalculator(Calculator):
         self.strategy = StrategyKind(strategy)
         self.chunk_atoms = chunk_atoms
         self.cuda_graphs = cuda_graphs
+        self._domain_config()  # checked here, not at the first (collective) calculation
         if cuda_graphs is True and self.device.type != "cuda":
             raise ValueError(
                 f"cuda_graphs=True needs a CUDA device, not {self.device}: pass "
@@ -132,18 +135,21 @@ class DomainDecomposedCalculator(Calculator):
     def replicated_model(self) -> ReplicatedModel:
         """The `ReplicatedModel` of the current decomposition (made on first use)."""
         if self._replicated is None:
-            config = DomainConfig(
-                cutoff=self.model.cutoff,
-                skin=self.skin,
-                mesh=self.comm,
-                strategy=self.strategy,
-                chunk_atoms=self.chunk_atoms,
-                cuda_graphs=self.cuda_graphs,
-            )
+            config = self._domain_config()
             self._replicated = ReplicatedModel(self.model, config, captured_steps=True)
             graphs = self._replicated.config.cuda_graphs is True
             self._graphed = GraphedCalls(self._replicated) if graphs else None
         return self._replicated
+
+    def _domain_config(self) -> DomainConfig:
+        return DomainConfig(
+            cutoff=self.model.cutoff,
+            skin=self.skin,
+            mesh=self.comm,
+            strategy=self.strategy,
+            chunk_atoms=self.chunk_atoms,
+            cuda_graphs=self.cuda_graphs,
+        )
 
     @property
     def graphed_calls(self) -> GraphedCalls | None:
@@ -157,9 +163,11 @@ class DomainDecomposedCalculator(Calculator):
             digest = zlib.crc32(np.ascontiguousarray(part).tobytes(), digest)
         digests = self.comm.all_gather(torch.tensor([digest, len(atoms)], dtype=torch.long))
         if any(not torch.equal(d, digests[0]) for d in digests):
-            raise ValueError(
-                "ranks hold different Atoms: every rank must pass the same positions, numbers, "
-                "cell and pbc to the calculator (broadcast them, or seed random numbers alike)"
+            raise raised_on_every_rank(
+                ValueError(
+                    "ranks hold different Atoms: every rank must pass the same positions, numbers, "
+                    "cell and pbc to the calculator (broadcast them, or seed random numbers alike)"
+                )
             )
 
     def check_state(self, atoms: Atoms, tol: float = 1e-15) -> list[str]:
@@ -185,13 +193,37 @@ class DomainDecomposedCalculator(Calculator):
         properties: list[str] | tuple[str, ...] = ("energy",),
         system_changes: list[str] = all_changes,
     ) -> None:
-        """Compute `properties` for `atoms`; identical results on every rank."""
+        """Compute `properties` for `atoms`; identical results on every rank.
+
+        An exception raised on every rank alike (different Atoms on the ranks, no atoms,
+        non-finite results) propagates on every rank. Any other exception ends the job with
+        its message: it left this collective calculation on this rank only, and the other
+        ranks wait in it for this one, which no later call can finish.
+        """
+        try:
+            self._calculate(atoms, properties, system_changes)
+        except BaseException as err:
+            if self.comm.size > 1 and not is_raised_on_every_rank(err):
+                self.comm.end_job(
+                    f"DomainDecomposedCalculator: {type(err).__name__}: {err} was raised on "
+                    "this rank only, inside a calculation the other ranks wait in and "
+                    "cannot finish without it; ending the job (catching it would leave "
+                    f"them waiting forever):\n{traceback.format_exc()}"
+                )
+            raise
+
+    def _calculate(
+        self,
+        atoms: Atoms | None,
+        properties: list[str] | tuple[str, ...],
+        system_changes: list[str],
+    ) -> None:
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
-        if len(atoms) == 0:
-            raise ValueError("the Atoms object has no atoms")
         if self.comm.size > 1:  # one rank holds one copy: nothing to compare
             self._check_same_atoms(atoms)
+        if len(atoms) == 0:
+            raise raised_on_every_rank(ValueError("the Atoms object has no atoms"))
         if _RESET_ON & set(system_changes):
             self._replicated = None
         batch = self._device_batch(atoms, system_changes)
@@ -263,8 +295,10 @@ def _check_finite(energy: float, forces: np.ndarray) -> None:
     bad = np.flatnonzero(~np.isfinite(forces).all(axis=1))
     if math.isfinite(energy) and not bad.size:
         return
-    raise NonFiniteError(
-        f"the model returned energy {energy:g} eV and non-finite forces on atoms "
-        f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''}: check the model on these "
-        "atoms, lower the time step, or look for overlapping atoms"
+    raise raised_on_every_rank(
+        NonFiniteError(
+            f"the model returned energy {energy:g} eV and non-finite forces on atoms "
+            f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''}: check the model on these "
+            "atoms, lower the time step, or look for overlapping atoms"
+        )
     )

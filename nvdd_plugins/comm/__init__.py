@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nvdd_plugins.comm.all_to_all import all_to_all_rows
 from nvdd_plugins.comm.base import Communicator
 from nvdd_plugins.comm.halo_plan import HaloPlan
 from nvdd_plugins.comm.launch import (
@@ -32,6 +33,7 @@ from nvdd_plugins.comm.simulated import (
 from nvdd_plugins.comm.staging import Staging
 from nvdd_plugins.comm.timed import TimedCommunicator, computing
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
+from nvdd_plugins.comm.watchdog import collective_timeout_s, note_steps, set_collective_timeout
 
 __all__ = [
     "Communicator",
@@ -48,6 +50,8 @@ __all__ = [
     "TorchDistCommunicator",
     "abort_job",
     "all_reduce_sum",
+    "all_to_all_rows",
+    "collective_timeout_s",
     "computing",
     "copy_to_ghosts",
     "copy_to_ghosts_",
@@ -55,8 +59,10 @@ __all__ = [
     "end_job_on_exception",
     "fill_ghosts_",
     "local_device",
+    "note_steps",
     "resolve_communicator",
     "run_simulated",
+    "set_collective_timeout",
     "set_default_communicator",
     "slurm_first_host",
     "sum_ghosts_into_owners",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -17,9 +17,9 @@ class Communicator(ABC):
     """A group of ranks that exchange tensors.
 
     All ranks of the group must call the collective methods (`all_reduce`, `all_gather`,
-    `all_to_all_counts`, `broadcast_object`, `barrier`) in the same order. `exchange` is
-    point-to-point: a rank only talks to the peers named in its arguments, and both sides
-    agree on the row counts beforehand (a `HaloPlan` guarantees this).
+    `all_to_all`, `all_to_all_counts`, `broadcast_object`, `barrier`) in the same order.
+    `exchange` is point-to-point: a rank only talks to the peers named in its arguments, and
+    both sides agree on the row counts beforehand (a `HaloPlan` guarantees this).
     """
 
     rank: int
@@ -53,6 +53,34 @@ class Communicator(ABC):
     @abstractmethod
     def barrier(self) -> None:
         """Wait until every rank arrives."""
+
+    def end_job(self, message: str) -> NoReturn:
+        """End this rank's part in the group when its peers may wait for it in a collective
+        that it cannot finish. Ranks in one process (this default) raise `RuntimeError`;
+        ranks in their own processes print `message` and end the whole job."""
+        raise RuntimeError(message)
+
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`sends[q]` goes to rank q (collective; every rank sends one tensor to every rank,
+        empty ones included); returns the tensor each rank q sent here, of `recv_counts[q]`
+        rows and the dtype, device and trailing shape of `template`. This default runs
+        `exchange` with every peer; a backend with a native all-to-all overrides it."""
+        if len(sends) != self.size or len(recv_counts) != self.size:
+            raise ValueError(f"need one tensor and one count per rank ({self.size})")
+        peers = [q for q in range(self.size) if q != self.rank]
+        received = self.exchange(
+            {q: sends[q] for q in peers if sends[q].shape[0] > 0},
+            {q: recv_counts[q] for q in peers if recv_counts[q] > 0},
+            template,
+        )
+        empty = template.new_empty((0, *template.shape[1:]))
+        received[self.rank] = sends[self.rank].to(template.device)
+        return [received.get(q, empty) for q in range(self.size)]
 
     def all_to_all_counts(self, counts: Sequence[int]) -> list[int]:
         """`counts[q]` is what this rank sends to q; returns what each rank sends to this one."""

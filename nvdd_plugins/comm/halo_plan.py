@@ -87,17 +87,17 @@ class HaloPlan:
         """Plan for a layout that names atoms by global id (e.g. LAMMPS's owned + ghosts).
 
         Every rank's owned ids are gathered (O(total atoms) per rank, once per rebuild) to
-        find each ghost's owner rank and row. Collective.
+        find each ghost's owner rank and row; the sort and the search run on the ids'
+        device, and so does the plan. Collective.
         """
-        owned_ids, ghost_ids = owned_ids.long().cpu(), ghost_ids.long().cpu()
-        gathered = comm.all_gather(owned_ids)
+        owned_ids, ghost_ids = owned_ids.long(), ghost_ids.long().to(owned_ids.device)
+        device = owned_ids.device
+        gathered = [g.to(device) for g in comm.all_gather(owned_ids)]
+        sizes = torch.tensor([len(g) for g in gathered], device=device)
         all_ids = torch.cat(gathered)
-        ranks = torch.cat(
-            [torch.full((len(g),), r, dtype=torch.long) for r, g in enumerate(gathered)]
-        )
-        rows = torch.cat([torch.arange(len(g)) for g in gathered])
-        order = torch.argsort(all_ids)
-        sorted_ids = all_ids[order]
+        ranks = torch.repeat_interleave(torch.arange(len(gathered), device=device), sizes)
+        rows = torch.cat([torch.arange(len(g), device=device) for g in gathered])
+        sorted_ids, order = torch.sort(all_ids)
         if sorted_ids.numel() > 1 and bool((sorted_ids[1:] == sorted_ids[:-1]).any()):
             raise ValueError("an atom id is owned by more than one rank")
         slot = torch.searchsorted(sorted_ids, ghost_ids).clamp(max=max(len(sorted_ids) - 1, 0))
@@ -119,26 +119,33 @@ class HaloPlan:
         """Build the plan from each ghost's (owner rank, owner row); all ranks must call it.
 
         Each rank tells every owner which rows it needs (one count collective plus
-        point-to-point requests), so owners learn their `send_rows`.
+        point-to-point requests, through host memory), so owners learn their `send_rows`.
+        The plan's tensors are on the inputs' device, where the grouping by owner runs.
         """
-        ghost_owner_rank = ghost_owner_rank.long().cpu()
-        ghost_owner_row = ghost_owner_row.long().cpu()
+        ghost_owner_rank = ghost_owner_rank.long()
+        ghost_owner_row = ghost_owner_row.long().to(ghost_owner_rank.device)
         if ghost_owner_rank.shape != ghost_owner_row.shape or ghost_owner_rank.dim() != 1:
             raise ValueError("ghost_owner_rank and ghost_owner_row must be equal-length 1-D")
         if ghost_owner_rank.numel() and (
             int(ghost_owner_rank.min()) < 0 or int(ghost_owner_rank.max()) >= comm.size
         ):
             raise ValueError("ghost owner rank out of range")
+        device = ghost_owner_rank.device
         n_local = n_owned + ghost_owner_rank.numel()
-        ghost_rows = torch.arange(n_owned, n_local)
+        ghost_rows = torch.arange(n_owned, n_local, device=device)
         own = ghost_owner_rank == comm.rank
-        requests = {
-            int(peer): ghost_owner_row[ghost_owner_rank == peer]
-            for peer in torch.unique(ghost_owner_rank[~own])
-        }
-        recv_rows = {peer: ghost_rows[ghost_owner_rank == peer] for peer in requests}
+        # ghosts grouped by owner rank, each group in row order (a stable sort)
+        order = torch.argsort(ghost_owner_rank, stable=True)
+        counts = torch.bincount(ghost_owner_rank, minlength=comm.size).tolist()
+        wanted = ghost_owner_row[order].split(counts)
+        filled = ghost_rows[order].split(counts)
+        peers = [p for p, c in enumerate(counts) if c and p != comm.rank]
+        requests = {peer: wanted[peer].cpu() for peer in peers}
+        recv_rows = {peer: filled[peer] for peer in peers}
         incoming = comm.exchange_variable(requests, template=torch.empty(0, dtype=torch.long))
-        send_rows = {peer: rows.long() for peer, rows in incoming.items() if peer != comm.rank}
+        send_rows = {
+            peer: rows.long().to(device) for peer, rows in incoming.items() if peer != comm.rank
+        }
         for peer, rows in send_rows.items():
             if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= n_owned):
                 raise ValueError(f"rank {peer} asked for rows outside this rank's owned range")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
+from nvdd_plugins.comm.launch import abort_job
 from nvdd_plugins.comm.staging import Staging
+from nvdd_plugins.comm.watchdog import mpi_watch
 
 __all__ = ["MPICommunicator"]
 
@@ -29,6 +32,7 @@ class MPICommunicator(Communicator):
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self._staging: dict[torch.device, Staging] = {}
+        self._watch = mpi_watch(self.comm, MPI)
 
     @staticmethod
     def _host(tensor: torch.Tensor) -> np.ndarray:
@@ -59,7 +63,8 @@ class MPICommunicator(Communicator):
         requests += [
             self.comm.Isend(arr, dest=peer, tag=_EXCHANGE_TAG) for peer, arr in outgoing.items()
         ]
-        self._mpi.Request.Waitall(requests)
+        with self._watch.call("exchange"):
+            self._mpi.Request.Waitall(requests)
         return {p: staging.to_device(f"recv{p}", b) for p, b in buffers.items()}
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
@@ -67,18 +72,27 @@ class MPICommunicator(Communicator):
         mpi_op = {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN}[op]
         send = self._host(tensor)
         recv = np.empty_like(send)
-        self.comm.Allreduce(send, recv, op=mpi_op)
+        with self._watch.call("all_reduce"):
+            self.comm.Allreduce(send, recv, op=mpi_op)
         return torch.from_numpy(recv).to(tensor.device)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`allgather` of host arrays (any leading sizes)."""
-        parts = self.comm.allgather(self._host(tensor))
+        with self._watch.call("all_gather"):
+            parts = self.comm.allgather(self._host(tensor))
         return [torch.from_numpy(np.asarray(p)).to(tensor.device) for p in parts]
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """`bcast` of a picklable object."""
-        return self.comm.bcast(obj, root=src)
+        with self._watch.call("broadcast_object"):
+            return self.comm.bcast(obj, root=src)
 
     def barrier(self) -> None:
         """`Barrier`."""
-        self.comm.Barrier()
+        with self._watch.call("barrier"):
+            self.comm.Barrier()
+
+    def end_job(self, message: str) -> NoReturn:
+        """Print `message` and abort every rank of MPI's world."""
+        sys.stderr.write(f"[rank{self.rank}]: {message}\n")
+        abort_job(mpi=True)

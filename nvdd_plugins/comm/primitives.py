@@ -89,7 +89,7 @@ def _add_ghosts_to_owners_(y: torch.Tensor, plan: HaloPlan, comm: Communicator) 
     _check_rows(y, plan)
     images = y.index_select(0, plan.self_dst) if plan.self_dst.numel() else None
     sends = {p: y.index_select(0, rows) for p, rows in plan.recv_rows.items()}
-    y[plan.n_owned : plan.n_local] = 0
+    y[plan.n_owned : plan.n_local].zero_()  # a fill: `= 0` copies a host scalar in
     if images is not None:
         y.index_add_(0, plan.self_src, images)
     received = comm.exchange(sends, plan.send_counts, template=y)

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 
@@ -81,6 +81,11 @@ class SimulatedCommunicator(Communicator):
         self.mesh = mesh
         self.rank = rank
         self.size = mesh.size
+
+    def end_job(self, message: str) -> NoReturn:
+        """Abort the mesh (every other rank's collective raises) and raise `message`."""
+        self.mesh.abort()
+        raise RuntimeError(message)
 
     def _post(self, peer: int, payload: Any) -> None:
         self.mesh._mail[(self.rank, peer)].put(payload)

@@ -11,9 +11,9 @@ section less what its communication took.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -72,6 +72,16 @@ class TimedCommunicator(Communicator):
         with self._clock(tensor.device):
             return self.inner.all_reduce(tensor, op)
 
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`Communicator.all_to_all`, timed."""
+        with self._clock(template.device):
+            return self.inner.all_to_all(sends, recv_counts, template)
+
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`Communicator.all_gather`, timed."""
         with self._clock(tensor.device):
@@ -86,6 +96,10 @@ class TimedCommunicator(Communicator):
         """`Communicator.barrier`, timed."""
         with self._clock(torch.device("cpu")):
             self.inner.barrier()
+
+    def end_job(self, message: str) -> NoReturn:
+        """`Communicator.end_job` of the wrapped communicator."""
+        self.inner.end_job(message)
 
     @contextmanager
     def computing(self, device: torch.device) -> Iterator[None]:

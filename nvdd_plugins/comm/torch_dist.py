@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 
 from nvdd_plugins.comm.base import Communicator, ReduceOp
+from nvdd_plugins.comm.launch import abort_job, detect_launch
+from nvdd_plugins.comm.watchdog import torch_watch
 
 __all__ = ["TorchDistCommunicator"]
 
@@ -40,6 +43,7 @@ class TorchDistCommunicator(Communicator):
         if staging_device is None and self.backend == "nccl":
             staging_device = torch.device("cuda", torch.cuda.current_device())
         self.staging_device = torch.device(staging_device) if staging_device else None
+        self._watch = torch_watch(group, self.rank, self.size)
 
     def _global(self, peer: int) -> int:
         return peer if self.group is None else dist.get_global_rank(self.group, peer)
@@ -68,14 +72,40 @@ class TorchDistCommunicator(Communicator):
             if count > 0:
                 ops.append(dist.P2POp(dist.irecv, buffers[peer], self._global(peer), self.group))
         if ops:
-            for request in dist.batch_isend_irecv(ops):
-                request.wait()
+            with self._watch.call("exchange"):
+                for request in dist.batch_isend_irecv(ops):
+                    request.wait()
         return {p: b.to(template.device) for p, b in buffers.items()}
+
+    def all_to_all(
+        self,
+        sends: Sequence[torch.Tensor],
+        recv_counts: Sequence[int],
+        template: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """`torch.distributed.all_to_all_single` with uneven splits of the rows."""
+        if len(sends) != self.size or len(recv_counts) != self.size:
+            raise ValueError(f"need one tensor and one count per rank ({self.size})")
+        device = self.staging_device or template.device
+        staged = torch.cat([self._stage(t.reshape(-1, *template.shape[1:])) for t in sends])
+        received = torch.empty(
+            (sum(recv_counts), *template.shape[1:]), dtype=template.dtype, device=device
+        )
+        with self._watch.call("all_to_all"):
+            dist.all_to_all_single(
+                received,
+                staged,
+                output_split_sizes=list(recv_counts),
+                input_split_sizes=[int(t.shape[0]) for t in sends],
+                group=self.group,
+            )
+        return list(received.to(template.device).split(list(recv_counts)))
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """`torch.distributed.all_reduce` on a copy."""
         staged = self._stage(tensor).clone()
-        dist.all_reduce(staged, op=_OPS[op], group=self.group)
+        with self._watch.call("all_reduce"):
+            dist.all_reduce(staged, op=_OPS[op], group=self.group)
         return staged.to(tensor.device)
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -83,20 +113,29 @@ class TorchDistCommunicator(Communicator):
         staged = self._stage(tensor)
         size = torch.tensor([staged.shape[0]], device=staged.device)
         sizes = [torch.zeros_like(size) for _ in range(self.size)]
-        dist.all_gather(sizes, size, group=self.group)
-        longest = int(max(int(s) for s in sizes))
-        padded = staged.new_zeros((longest, *staged.shape[1:]))
-        padded[: staged.shape[0]] = staged
-        parts = [torch.empty_like(padded) for _ in range(self.size)]
-        dist.all_gather(parts, padded, group=self.group)
+        with self._watch.call("all_gather"):
+            dist.all_gather(sizes, size, group=self.group)
+            longest = int(max(int(s) for s in sizes))
+            padded = staged.new_zeros((longest, *staged.shape[1:]))
+            padded[: staged.shape[0]] = staged
+            parts = [torch.empty_like(padded) for _ in range(self.size)]
+            dist.all_gather(parts, padded, group=self.group)
         return [p[: int(s)].to(tensor.device) for p, s in zip(parts, sizes, strict=True)]
 
     def broadcast_object(self, obj: Any, src: int = 0) -> Any:
         """`broadcast_object_list` of one object."""
         box = [obj]
-        dist.broadcast_object_list(box, src=self._global(src), group=self.group)
+        with self._watch.call("broadcast_object"):
+            dist.broadcast_object_list(box, src=self._global(src), group=self.group)
         return box[0]
 
     def barrier(self) -> None:
         """`torch.distributed.barrier`."""
-        dist.barrier(group=self.group)
+        with self._watch.call("barrier"):
+            dist.barrier(group=self.group)
+
+    def end_job(self, message: str) -> NoReturn:
+        """Print `message` and end the job: MPI aborts every rank under mpirun, otherwise
+        this process exits and its launcher stops the others."""
+        sys.stderr.write(f"[rank{dist.get_rank()}]: {message}\n")
+        abort_job(detect_launch().launcher == "mpirun")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,15 +12,13 @@ import torch
 
 from nvdd_plugins.data import Batch
 from nvdd_plugins.dynamics.base import BaseDynamics
+from nvdd_plugins.dynamics.keywords import moved_keywords, require_value_of
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["FIRE", "FIRESettings"]
 
 VELOCITY_FIELD = "fire_velocities"
-
-# nvalchemi's keyword arguments of FIRE and what nvdd takes instead
-_NVALCHEMI_NAMES = {"f_alpha": "fa", "f_inc": "finc", "dt_max": "dtmax"}
 
 
 @dataclass(frozen=True)
@@ -44,23 +41,15 @@ class FIRESettings:
     fa: float = 0.99
 
 
-def refuses_nvalchemi_names(init: Callable[..., None]) -> Callable[..., None]:
-    """`init` that answers nvalchemi's FIRE keyword arguments (`f_alpha`, `f_inc`, `dt_max`)
-    with a `TypeError` saying what to write instead."""
-
-    @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        for other, name in _NVALCHEMI_NAMES.items():
-            if other in kwargs:
-                unit = " / ase.units.fs (in fs, as dt)" if other == "dt_max" else ""
-                raise TypeError(
-                    f"{type(self).__name__} takes its step and mixing constants as "
-                    f"settings=FIRESettings(...): pass settings=FIRESettings({name}={other}"
-                    f"{unit}) instead of {other}="
-                )
-        init(self, *args, **kwargs)
-
-    return checked
+_SETTING_NAMES = ("maxstep", "dtmax", "n_min", "finc", "fdec", "astart", "fa")
+# earlier releases' keywords (ASE's names) and nvalchemi's, as written in FIRESettings(...)
+FIRE_MOVES = {
+    **{name: f"{name}=..." for name in _SETTING_NAMES},
+    "f_alpha": "fa=f_alpha",
+    "f_inc": "finc=f_inc",
+    "dt_max": "dtmax=dt_max / ase.units.fs (in fs, as dt)",
+}
+FIRE_EXAMPLE = "FIRESettings(maxstep=0.2, dtmax=...)"
 
 
 class FIRE(BaseDynamics):
@@ -82,7 +71,7 @@ class FIRE(BaseDynamics):
 
     global_convergence = True
 
-    @refuses_nvalchemi_names
+    @moved_keywords("settings", FIRESettings, FIRE_MOVES)
     def __init__(
         self,
         model: BaseModelMixin,
@@ -92,6 +81,8 @@ class FIRE(BaseDynamics):
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
+        if settings is not None:
+            require_value_of(settings, FIRESettings, type(self).__name__, "settings", FIRE_EXAMPLE)
         super().__init__(model, dt, hooks, skin)
         self.fmax = float(fmax)
         self.settings = FIRESettings() if settings is None else settings

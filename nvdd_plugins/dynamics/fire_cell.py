@@ -9,7 +9,8 @@ import ase.units
 import torch
 
 from nvdd_plugins.data import Batch
-from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
+from nvdd_plugins.dynamics.fire import FIRE, FIRE_MOVES, FIRESettings
+from nvdd_plugins.dynamics.keywords import moved_keywords
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
 
@@ -35,6 +36,7 @@ class VariableCellFIRE(FIRE):
 
     compute_properties = ("energy", "forces", "stress")
 
+    @moved_keywords("settings", FIRESettings, FIRE_MOVES)
     def __init__(
         self,
         model: BaseModelMixin,

@@ -63,10 +63,13 @@ class FixedShapeEvaluator(Protocol):
 def hook_free_steps(hooks: Sequence[AttachedHook], start: int, limit: int) -> int:
     """How many steps from step count `start` (at most `limit`) no hook is due in: hooks of
     BEFORE_STEP and the compute stages fire at the step count a step starts from,
-    AFTER_STEP hooks at the count it ends at (a hook is due at multiples of its interval)."""
+    AFTER_STEP hooks at the count it ends at (a hook is due at multiples of its interval;
+    one firing `at_start` is due before the step from count 0)."""
     free = limit
     for entry in hooks:
-        if entry.stage in _STEP_STAGES:
+        if entry.at_start and start == 0:
+            free = 0
+        elif entry.stage in _STEP_STAGES:
             free = min(free, -start % entry.interval)
         elif entry.stage is DynamicsStage.AFTER_STEP:
             free = min(free, -(start + 1) % entry.interval)

@@ -46,9 +46,11 @@ class NeighborListHook:
 class ThermoLogger:
     """Print step, time (fs), potential/kinetic/total energy (eV) and temperature (K) of the
     batch it is given (the whole system); with `cell`, also the volume (Å³) and the pressure
-    (GPa, ideal-gas part included; needs the model's stress)."""
+    (GPa, ideal-gas part included; needs the model's stress). Like ASE's `MDLogger`, the
+    first row is the initial state (step 0), then every `frequency` steps."""
 
     stage = DynamicsStage.AFTER_STEP
+    at_start = True
 
     def __init__(
         self, frequency: int = 10, stream: TextIO | None = None, cell: bool = False
@@ -89,9 +91,12 @@ class ThermoLogger:
 
 class TrajectoryWriter:
     """Append frames (positions, velocities, energy, forces) to an ASE-readable file
-    (`.traj`, `.xyz`/`.extxyz`, ...), from the batch it is given (the whole system)."""
+    (`.traj`, `.xyz`/`.extxyz`, ...), from the batch it is given (the whole system). Like an
+    ASE trajectory attached to a dynamics, the first frame is the initial state (step 0),
+    then one every `frequency` steps."""
 
     stage = DynamicsStage.AFTER_STEP
+    at_start = True
 
     def __init__(self, path: str | PathLike[str], frequency: int = 10) -> None:
         self.path = path

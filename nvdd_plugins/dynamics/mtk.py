@@ -27,6 +27,7 @@ from nvdd_plugins.dynamics.barostat import (
 )
 from nvdd_plugins.dynamics.chain import NoseHooverChain
 from nvdd_plugins.dynamics.integrators import _acceleration
+from nvdd_plugins.dynamics.keywords import moved_keywords, require_value_of
 from nvdd_plugins.dynamics.kinetic import KineticDynamics
 from nvdd_plugins.dynamics.stages import Hook
 from nvdd_plugins.models import BaseModelMixin
@@ -53,6 +54,12 @@ class MTKParameters:
     ploop: int = 1
 
 
+_MTK_NAMES = ("tdamp", "pdamp", "tchain", "pchain", "tloop", "ploop")
+# earlier releases' keywords of NPT, as written in MTKParameters(...)
+_MTK_MOVES = {name: f"{name}=..." for name in _MTK_NAMES}
+_MTK_EXAMPLE = "MTKParameters(tdamp=100 * dt, pdamp=1000 * dt)"
+
+
 class NPT(KineticDynamics):
     """Constant pressure and temperature: MTK barostat + Nosé–Hoover chains (ASE's
     `IsotropicMTKNPT`, or `MTKNPT` with `anisotropic=True`).
@@ -69,6 +76,7 @@ class NPT(KineticDynamics):
     compute_properties = ("energy", "forces", "stress")
     thermostatted = True
 
+    @moved_keywords("mtk", MTKParameters, _MTK_MOVES)
     def __init__(
         self,
         model: BaseModelMixin,
@@ -80,6 +88,7 @@ class NPT(KineticDynamics):
         hooks: Sequence[Hook] = (),
         skin: float = 0.0,
     ) -> None:
+        require_value_of(mtk, MTKParameters, type(self).__name__, "mtk", _MTK_EXAMPLE)
         super().__init__(model, dt, hooks, skin, kinetic_tensor=anisotropic)
         if temperature < 0 or not mtk.pdamp > 0 or (self.thermostatted and not mtk.tdamp > 0):
             raise ValueError("need temperature >= 0 K and tdamp, pdamp > 0 fs")

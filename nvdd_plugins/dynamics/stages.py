@@ -52,22 +52,30 @@ HookFunction = Callable[[HookContext, DynamicsStage], None]
 
 @dataclass(frozen=True)
 class AttachedHook:
-    """A registered hook: called at `stage` on the steps that are multiples of `interval`."""
+    """A registered hook: called at `stage` on the steps that are multiples of `interval`,
+    and, with `at_start`, also at BEFORE_STEP of step 0 (before the first step of a run
+    from step count 0, once its forces are computed: the initial state, which ASE's
+    observers see too)."""
 
     hook: HookFunction
     stage: DynamicsStage
     interval: int
+    at_start: bool = False
 
     @classmethod
     def of(
         cls, hook: HookFunction, interval: int | None = None, stage: DynamicsStage | None = None
     ) -> AttachedHook:
-        """Register `hook`; `interval` defaults to its `frequency` (else 1) and `stage` to its
-        `stage`. An interval below 1 means every step."""
+        """Register `hook`; `interval` defaults to its `frequency` (else 1), `stage` to its
+        `stage` and `at_start` to its `at_start` (else False). An interval below 1 means
+        every step."""
         if interval is None:
             interval = getattr(hook, "frequency", 1)
-        return cls(hook, hook.stage if stage is None else stage, max(int(interval), 1))
+        stage = hook.stage if stage is None else stage
+        return cls(hook, stage, max(int(interval), 1), bool(getattr(hook, "at_start", False)))
 
     def due(self, stage: DynamicsStage, step: int) -> bool:
         """Whether the hook fires at `stage` of step `step`."""
+        if self.at_start and step == 0 and stage is DynamicsStage.BEFORE_STEP:
+            return True
         return self.stage == stage and step % self.interval == 0

@@ -13,9 +13,12 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.composed import SumModel, spec_union
+from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
+from nvdd_plugins.models.loading import LOADERS, install_load_hint
 from nvdd_plugins.models.mace import MACEWrapper
 from nvdd_plugins.models.mace_builders import MACEArchitecture, random_mace
 from nvdd_plugins.models.mpnn import SimpleMPNN
@@ -35,14 +38,19 @@ from nvdd_plugins.models.virials import (
     per_atom_stresses,
 )
 
+# a plain torch.load of a saved model fails under weights-only loading: the note names the loader
+install_load_hint()
+
 __all__ = [
     "COULOMB_CONSTANT",
+    "LOADERS",
     "PME",
     "SPEC_LJ_HALO",
     "AIMNet2Wrapper",
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
     "MACEArchitecture",
@@ -58,6 +66,7 @@ __all__ = [
     "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
+    "SumModel",
     "UMAWrapper",
     "asked_for",
     "asking_for",
@@ -77,5 +86,6 @@ __all__ = [
     "random_uma",
     "rigid_ion_spec",
     "save_uma_checkpoint",
+    "spec_union",
     "uma_config",
 ]

@@ -3,8 +3,9 @@
 The wrapper runs aimnet's own modules on nvdd's edge list and turns every energy term into
 per-atom energies: the AEV convolutions as `index_add_` onto the centre atoms (refreshed
 after every pass), the charge equilibration's per-molecule sums all-reduced over ranks
-(`aimnet2_spec`), and Coulomb as aimnet's local damped shifted force. docs/aimnet2.md says
-how each term is distributed.
+(`aimnet2_spec`), and Coulomb as aimnet's local damped shifted force or as an Ewald or PME
+lattice sum (its structure factors or charge mesh all-reduced over ranks, as the charge
+sums are). docs/aimnet2.md says how each term is distributed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, pairs_within, short_range_coulomb
+from nvdd_plugins.models.aimnet2_coulomb import (
+    dsf_coulomb,
+    lattice_coulomb,
+    pairs_within,
+    short_range_coulomb,
+)
 from nvdd_plugins.models.base import (
     BaseModelMixin,
     ModelConfig,
@@ -26,6 +32,8 @@ from nvdd_plugins.models.base import (
     NeighborConfig,
     host_checks_allowed,
 )
+from nvdd_plugins.models.ewald import Ewald
+from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.seeding import seeded_weights
 from nvdd_plugins.models.species import known_species, require_species, species_lookup
 from nvdd_plugins.spec import (
@@ -42,6 +50,7 @@ from nvdd_plugins.spec import (
 __all__ = [
     "AIMNet2Wrapper",
     "aimnet2_spec",
+    "aimnet_electrostatics",
     "mol_sum_over_ranks",
     "random_aimnet2",
 ]
@@ -77,11 +86,16 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
     Args:
         model: the AIMNet2 model; its output heads may be `Output`, `AtomicShift`,
             `AtomicSum` (skipped: nvdd sums), `SRCoulomb` and `LRCoulomb` with method "dsf",
-            all onto "energy".
+            "ewald" or "pme", all onto "energy".
         coulomb: the external Coulomb term aimnet's calculator adds (its `external_coulomb`
-            after `set_lrcoulomb_method("dsf", ...)`), or None.
+            after `set_lrcoulomb_method(...)`), or None.
         charge: total charge of each system (e).
         mult: spin multiplicity of each system (models with two charge channels).
+        electrostatics: the parameters of an "ewald" or "pme" Coulomb term, fixed (aimnet
+            estimates them from the atom count at every call): `Ewald(alpha, k_cutoff,
+            k_set="box")` or `PME(alpha, mesh, 5, scheme="nvalchemiops")` for aimnet's own
+            sums; `aimnet_electrostatics` gives those it picks for a configuration.
+        real_space_cutoff: the real-space cutoff of that term (Å).
 
     For inference, like aimnet's calculator: the model's parameters are frozen.
     """
@@ -92,6 +106,8 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         coulomb: nn.Module | None = None,
         charge: float = 0.0,
         mult: float = 1.0,
+        electrostatics: Ewald | PME | None = None,
+        real_space_cutoff: float | None = None,
     ) -> None:
         super().__init__()
         from aimnet.models.aimnet2 import AIMNet2  # optional dependency
@@ -103,21 +119,29 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         self.coulomb = coulomb.requires_grad_(False) if coulomb is not None else None
         self.charge, self.mult = float(charge), float(mult)
         heads = [*model.outputs.children(), *([coulomb] if coulomb is not None else [])]
+        methods = []
         for head in heads:
             if not isinstance(head, Output | AtomicShift | AtomicSum | SRCoulomb | LRCoulomb):
                 raise ValueError(f"unsupported AIMNet2 output module {type(head).__name__}")
             if head.key_out != "energy" or getattr(head, "reduce_sum", False):
                 raise ValueError(f"{type(head).__name__} must add per-atom terms to 'energy'")
-            if isinstance(head, LRCoulomb) and head.method != "dsf":
-                raise ValueError(
-                    f"Coulomb method {head.method!r} is not local (all pairs or reciprocal "
-                    "space); select aimnet's damped shifted force: method 'dsf'"
-                )
+            if isinstance(head, LRCoulomb):
+                methods.append(head.method)
+        self.electrostatics = _lattice_sum(methods, electrostatics, real_space_cutoff)
+        self.real_space_cutoff = float(real_space_cutoff or 0.0)
         self.aev_cutoff = float(model.aev.rc_s)
-        cutoff = max([self.aev_cutoff] + [h.dsf_rc for h in heads if isinstance(h, LRCoulomb)])
-        # aimnet's cutoff functions weigh pairs beyond their cutoffs exactly zero (clamped)
-        neighbors = NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True)
-        self.model_config = ModelConfig.by_autograd(neighbors)
+        cutoff = max(
+            [self.aev_cutoff, self.real_space_cutoff]
+            + [h.dsf_rc for h in heads if isinstance(h, LRCoulomb) and h.method == "dsf"]
+        )
+        self.model_config = ModelConfig(
+            autograd_outputs=frozenset({"forces", "stress"}),
+            autograd_inputs=frozenset({"positions"}),
+            # aimnet's cutoff functions weigh pairs beyond their cutoffs exactly zero
+            # (clamped); the real-space lattice sum drops them
+            neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
+            edge_energy=self.electrostatics is None,  # a reciprocal sum is not a pair sum
+        )
         # the elements of the embedding, or of the metadata's "implemented_species" (aimnet's
         # calculator checks the latter too)
         metadata = getattr(model, "metadata", None) or {}
@@ -127,13 +151,25 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         self.register_buffer("species_index", lookup, persistent=False)
 
     @classmethod
-    def from_calculator(cls, calc: Any, charge: float = 0.0, mult: float = 1.0) -> AIMNet2Wrapper:
+    def from_calculator(
+        cls,
+        calc: Any,
+        charge: float = 0.0,
+        mult: float = 1.0,
+        electrostatics: Ewald | PME | None = None,
+        real_space_cutoff: float | None = None,
+    ) -> AIMNet2Wrapper:
         """The model and external Coulomb of an aimnet `AIMNet2Calculator` (call its
-        `set_lrcoulomb_method("dsf")` first). External DFT-D3 dispersion is refused: this
-        wrapper does not distribute it."""
+        `set_lrcoulomb_method("dsf" | "ewald" | "pme")` first; the last two need their
+        parameters fixed: `electrostatics`, `real_space_cutoff`). External DFT-D3
+        dispersion is refused here: compose the wrapper with a `DFTD3Model` instead."""
         if calc.external_dftd3 is not None:
-            raise ValueError("the calculator adds DFT-D3 dispersion, which AIMNet2Wrapper lacks")
-        return cls(calc.model, calc.external_coulomb, charge, mult)
+            raise ValueError(
+                "the calculator adds DFT-D3 dispersion, which AIMNet2Wrapper leaves out: build "
+                "the wrapper from a calculator without it and add a DFTD3Model with SumModel"
+            )
+        coulomb = calc.external_coulomb
+        return cls(calc.model, coulomb, charge, mult, electrostatics, real_space_cutoff)
 
     def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Per-atom energies (eV), per-system energy and per-atom charges (e)."""
@@ -156,8 +192,13 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
             elif isinstance(head, SRCoulomb) or (isinstance(head, LRCoulomb) and head.subtract_sr):
                 sr = short_range_coulomb(head, pairs.i, pairs.j, pairs.d_ij, data["charges"], n)
                 energies = energies - sr
-            if isinstance(head, LRCoulomb):
+            if isinstance(head, LRCoulomb) and self.electrostatics is None:
                 energies = energies + dsf_coulomb(head, i, j, d_ij, data["charges"], n)
+            elif isinstance(head, LRCoulomb):
+                pairs_lr = (i, j, d_ij)
+                energies = energies + lattice_coulomb(
+                    self.electrostatics, self.real_space_cutoff, inputs, pairs_lr, data["charges"]
+                )
         energies = energies.to(inputs.positions.dtype)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
         return {"energies": energies, "energy": energy, "charges": data["charges"]}
@@ -212,6 +253,57 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
     def distribution_spec(self, strategy: StrategyKind | None = None) -> MLIPSpec | None:
         """`aimnet2_spec(strategy)`."""
         return aimnet2_spec(strategy)
+
+
+def _lattice_sum(
+    methods: list[str], electrostatics: Ewald | PME | None, real_space_cutoff: float | None
+) -> Ewald | PME | None:
+    """The lattice sum of the Coulomb heads' `methods` (None for "dsf"); raises a ValueError
+    for a method that is not distributed or parameters that do not fit it."""
+    for method in methods:
+        if method not in ("dsf", "ewald", "pme"):
+            raise ValueError(
+                f"Coulomb method {method!r} is not local (a sum over all pairs); select "
+                "aimnet's damped shifted force ('dsf') or a lattice sum ('ewald', 'pme')"
+            )
+    lattice = [m for m in methods if m != "dsf"]
+    if not lattice:
+        if electrostatics is not None:
+            raise ValueError("electrostatics are given, but no Coulomb head uses 'ewald' or 'pme'")
+        return None
+    wanted = {"ewald": Ewald, "pme": PME}[lattice[0]]
+    if len(methods) > 1 or not isinstance(electrostatics, wanted) or not real_space_cutoff:
+        raise ValueError(
+            f"the Coulomb method {lattice[0]!r} needs its parameters fixed: pass "
+            f"electrostatics={wanted.__name__}(...) and real_space_cutoff (Å), e.g. those "
+            "aimnet picks for a configuration, aimnet_electrostatics(calc, atoms)"
+        )
+    return electrostatics
+
+
+def aimnet_electrostatics(calc: Any, atoms: Any) -> tuple[Ewald | PME, float]:
+    """The Ewald or PME parameters and real-space cutoff (Å) aimnet's calculator `calc`
+    (method "ewald" or "pme") picks for the ase `atoms` (nvalchemi-toolkit-ops' estimate
+    from the atom count, the cell and the Coulomb head's `ewald_accuracy`), as the
+    `electrostatics` and `real_space_cutoff` of `AIMNet2Wrapper`."""
+    from nvalchemiops.torch.interactions.electrostatics import (  # optional dependency
+        estimate_ewald_parameters,
+        estimate_pme_parameters,
+    )
+
+    head = calc.external_coulomb
+    if head is None or head.method not in ("ewald", "pme"):
+        raise ValueError("call calc.set_lrcoulomb_method('ewald' or 'pme') first")
+    positions = torch.tensor(atoms.positions, dtype=torch.float64)
+    cell = torch.tensor(atoms.cell.array, dtype=torch.float64)
+    accuracy = float(head.ewald_accuracy)
+    if head.method == "ewald":
+        params = estimate_ewald_parameters(positions, cell, accuracy=accuracy)
+        alpha, k_cutoff = float(params.alpha[0]), float(params.reciprocal_space_cutoff[0])
+        return Ewald(alpha, k_cutoff, k_set="box"), float(params.real_space_cutoff[0])
+    params = estimate_pme_parameters(positions, cell, accuracy=accuracy)
+    pme = PME(float(params.alpha[0]), tuple(params.mesh_dimensions), 5, scheme="nvalchemiops")
+    return pme, float(params.real_space_cutoff[0])
 
 
 class _Pairs:

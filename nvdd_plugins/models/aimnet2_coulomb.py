@@ -1,5 +1,6 @@
-"""AIMNet2's Coulomb terms as per-atom energies: aimnet's short-range Coulomb and its damped
-shifted force (DSF), each pair term split half onto each of its atoms (docs/aimnet2.md)."""
+"""AIMNet2's Coulomb terms as per-atom energies: aimnet's short-range Coulomb, its damped
+shifted force (DSF) and Ewald or PME lattice sums, each pair term split half onto each of
+its atoms (docs/aimnet2.md)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import math
 import torch
 from torch import nn
 
-from nvdd_plugins.models.base import host_checks_allowed
+from nvdd_plugins.models.base import ModelInputs, host_checks_allowed
+from nvdd_plugins.models.ewald import (
+    Ewald,
+    real_space_pair_energies,
+    require_one_periodic_system,
+    self_energies,
+)
+from nvdd_plugins.models.pme import PME
 
-__all__ = ["dsf_coulomb", "pairs_within", "short_range_coulomb"]
+__all__ = ["dsf_coulomb", "lattice_coulomb", "pairs_within", "short_range_coulomb"]
 
 
 def pairs_within(near: torch.Tensor, *per_pair: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -58,3 +66,29 @@ def dsf_coulomb(
     alpha, rc = head.dsf_alpha, head.dsf_rc
     self_coeff = -(math.erfc(alpha * rc) / (2 * rc) + alpha / math.sqrt(math.pi))
     return energies + 2.0 * head._factor * self_coeff * q.to(torch.float64).pow(2)
+
+
+def lattice_coulomb(
+    electrostatics: Ewald | PME,
+    cutoff: float,
+    inputs: ModelInputs,
+    pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    q: torch.Tensor,
+) -> torch.Tensor:
+    """Per-atom Coulomb energies (eV, float64) of aimnet's `LRCoulomb` with method "ewald"
+    or "pme" (nvalchemi-toolkit-ops' sums): the real-space term of the `pairs` (i, j,
+    distance) within `cutoff` (Å), the self term and the reciprocal sum of `electrostatics`
+    over the charges `q` of one periodic system."""
+    from aimnet import constants  # optional dependency
+
+    require_one_periodic_system(inputs, "AIMNet2 with Ewald or PME")
+    i, j, d = pairs
+    within = d < cutoff
+    i, j, d = i[within], j[within], d[within]
+    q = q.to(torch.float64)
+    real = real_space_pair_energies(q[i], q[j], d.to(torch.float64), electrostatics.alpha)
+    energies = q.new_zeros(q.shape[0]).index_add_(0, i, 0.5 * real)
+    positions, cell = inputs.positions.to(torch.float64), inputs.cell[0].to(torch.float64)
+    energies = energies + self_energies(q, electrostatics.alpha)
+    energies = energies + electrostatics.reciprocal_energies(positions, q, cell)
+    return constants.Hartree * constants.Bohr * energies

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -60,8 +61,8 @@ class NeighborConfig:
     prune_skin_pairs: bool = False
 
     def __post_init__(self) -> None:
-        if not self.cutoff > 0:
-            raise ValueError(f"cutoff must be > 0 Å, got {self.cutoff!r}")
+        if not (math.isfinite(self.cutoff) and self.cutoff > 0):
+            raise ValueError(f"cutoff must be a finite number > 0 Å, got {self.cutoff!r}")
 
     def passes_skin_pairs(self, compiled: bool = False) -> bool:
         """Whether a Verlet list (pairs up to cutoff + skin) is handed to the model without

@@ -68,7 +68,7 @@ def evaluate_model(
     wanted = {"forces": want_forces, "stress": want_stress, "pair_gradients": want_stresses}
     leaves = {name: leaf for name, leaf in leaves.items() if wanted[name]}
     with torch.enable_grad(), asking_for(properties):
-        out = model(run)
+        out = _with_energy(model(run), run, type(model).__name__)
         found = []
         if leaves:
             energy = out["energy"].sum()
@@ -89,6 +89,21 @@ def evaluate_model(
         derived["stresses"] = per_atom_stresses(shares, batch.cell, batch.batch_idx)
     out.update(derived)
     return {k: v.detach() for k, v in out.items()}
+
+
+def _with_energy(out: dict[str, torch.Tensor], batch: Batch, name: str) -> dict[str, torch.Tensor]:
+    """`out` with "energy" per system: the model's, or the sum of its per-atom energies (a
+    forward may leave "energy" out)."""
+    if "energy" in out:
+        return out
+    if "energies" not in out:
+        raise ValueError(
+            f'{name}.forward returned {sorted(out)}: it must return per-atom "energies" '
+            '(and may return the per-system "energy")'
+        )
+    energies = out["energies"]
+    energy = energies.new_zeros(batch.num_graphs).index_add(0, batch.batch_idx, energies)
+    return {**out, "energy": energy}
 
 
 def _zero_if_none(gradient: torch.Tensor | None, leaf: torch.Tensor) -> torch.Tensor:

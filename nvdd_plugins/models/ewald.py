@@ -11,12 +11,14 @@ needs only atom i. docs/long_range.md gives the formulas and the distribution.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 import torch
 from ase import units
 
+from nvdd_plugins.models.base import ModelInputs, host_checks_allowed
 from nvdd_plugins.spec import owned_part, summed_over_ranks
 
 __all__ = [
@@ -25,12 +27,46 @@ __all__ = [
     "background_energies",
     "half_space_miller_indices",
     "real_space_pair_energies",
+    "require_one_periodic_system",
     "self_energies",
     "summed_with_total_charge",
 ]
 
+logger = logging.getLogger(__name__)
+
 COULOMB_CONSTANT = units.Hartree * units.Bohr
 """1 / (4 pi epsilon_0) in eV Å / e² (ASE's units; LAMMPS metal's qqr2e is 14.399645)."""
+
+NET_CHARGE_WARNED = 1e-5
+"""A net charge (e) above which a lattice sum warns, once per process (LAMMPS's threshold)."""
+
+_warned_net_charge: list[float] = []  # the net charge warned about (once per process)
+
+
+def require_one_periodic_system(inputs: ModelInputs, model: str) -> None:
+    """Raise a ValueError unless `inputs` hold one system periodic along all three axes (a
+    lattice sum needs a cell)."""
+    if inputs.num_graphs != 1 or not bool(inputs.pbc.all()):
+        raise ValueError(
+            f"{model} sums Coulomb over a lattice: give it one system, periodic along all "
+            f"three axes (got {inputs.num_graphs} systems, pbc {inputs.pbc.tolist()})"
+        )
+
+
+def _warn_if_charged(total_charge: torch.Tensor) -> None:
+    """Warn, once per process, when the system the lattice sum sees carries a net charge:
+    its energy then includes the neutralising background's, which depends on alpha."""
+    if _warned_net_charge or not host_checks_allowed():
+        return
+    charge = float(total_charge.detach())
+    if abs(charge) > NET_CHARGE_WARNED:
+        _warned_net_charge.append(charge)
+        logger.warning(
+            "Ewald/PME on a system with a net charge of %.6g e: the energy includes a "
+            "uniform neutralising background (-pi Q^2 / (2 V alpha^2)), so it depends on "
+            "alpha and the cell volume; forces are unaffected by it, stress is not",
+            charge,
+        )
 
 
 def real_space_pair_energies(
@@ -62,19 +98,26 @@ def summed_with_total_charge(
     net charge, a scalar)."""
     flat = torch.cat([partial.reshape(-1), owned_charges.sum().reshape(1)])
     summed = summed_over_ranks(flat)
+    _warn_if_charged(summed[-1])
     return summed[:-1].reshape(partial.shape), summed[-1]
 
 
-def half_space_miller_indices(cell: torch.Tensor, k_cutoff: float) -> torch.Tensor:
+def half_space_miller_indices(
+    cell: torch.Tensor, k_cutoff: float, k_set: str = "sphere"
+) -> torch.Tensor:
     """(K, 3) integer Miller indices m != 0 of one half of k-space (m or -m, never both)
-    whose wave vector k = 2 pi m inv(cell)^T has |k| <= `k_cutoff` (1/Å), for a (3, 3) cell
-    with lattice vectors as rows. From the cell's values only (not differentiated)."""
+    for a (3, 3) `cell` with lattice vectors as rows, from the cell's values only (not
+    differentiated). `k_set` "sphere": the wave vectors k = 2 pi m inv(cell)^T with
+    |k| <= `k_cutoff` (1/Å); "box": every m with |m_i| <= ceil(k_cutoff |a_i| / 2 pi)
+    (nvalchemi-toolkit-ops' set, which aimnet's calculator uses)."""
     cell = cell.detach().to(torch.float64).cpu()
-    lengths = torch.linalg.vector_norm(cell, dim=1)
-    bounds = [math.floor(k_cutoff * float(a) / (2.0 * math.pi)) for a in lengths]
-    axes = [torch.arange(-b, b + 1, dtype=torch.float64) for b in bounds]
+    reach = k_cutoff * torch.linalg.vector_norm(cell, dim=1) / (2.0 * math.pi)
+    bounds = reach.ceil() if k_set == "box" else reach.floor()
+    axes = [torch.arange(-b, b + 1, dtype=torch.float64) for b in bounds.tolist()]
     m = torch.cartesian_prod(*axes).reshape(-1, 3)
     first = (m[:, 0] > 0) | ((m[:, 0] == 0) & ((m[:, 1] > 0) | ((m[:, 1] == 0) & (m[:, 2] > 0))))
+    if k_set == "box":
+        return m[first]
     k = 2.0 * math.pi * m @ torch.linalg.inv(cell).T
     return m[first & (torch.linalg.vector_norm(k, dim=1) <= k_cutoff)]
 
@@ -82,14 +125,19 @@ def half_space_miller_indices(cell: torch.Tensor, k_cutoff: float) -> torch.Tens
 @dataclass(frozen=True)
 class Ewald:
     """Ewald summation: splitting parameter `alpha` (1/Å) and reciprocal cutoff `k_cutoff`
-    (1/Å); the real-space cutoff is the model's. `for_accuracy` picks both."""
+    (1/Å); the real-space cutoff is the model's. `for_accuracy` picks both. `k_set` says
+    which k-vectors the cutoff selects (`half_space_miller_indices`): "sphere" (|k| <=
+    k_cutoff) or "box" (nvalchemi-toolkit-ops' and aimnet's)."""
 
     alpha: float
     k_cutoff: float
+    k_set: str = "sphere"
 
     def __post_init__(self) -> None:
         if not (self.alpha > 0 and self.k_cutoff > 0):
             raise ValueError(f"alpha and k_cutoff must be > 0 (1/Å), got {self}")
+        if self.k_set not in ("sphere", "box"):
+            raise ValueError(f"k_set must be 'sphere' or 'box', got {self.k_set!r}")
 
     @classmethod
     def for_accuracy(cls, cutoff: float, accuracy: float = 1e-6) -> Ewald:
@@ -106,7 +154,7 @@ class Ewald:
     ) -> torch.Tensor:
         """Per-atom reciprocal-space energies plus the background term (e²/Å) of every row
         of `positions` (n, 3) with `charges` (n,) in the periodic `cell` (3, 3)."""
-        m = half_space_miller_indices(cell, self.k_cutoff).to(positions)
+        m = half_space_miller_indices(cell, self.k_cutoff, self.k_set).to(positions)
         k = 2.0 * math.pi * m @ torch.linalg.inv(cell).T  # follows a strained cell
         volume = torch.linalg.det(cell).abs()
         k2 = k.square().sum(dim=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -31,8 +33,11 @@ class LennardJonesModel(nn.Module, BaseModelMixin):
 
     def __init__(self, epsilon: float, sigma: float, cutoff: float, shift: bool = False) -> None:
         super().__init__()
-        if epsilon <= 0 or sigma <= 0:
-            raise ValueError("epsilon (eV) and sigma (Å) must be positive")
+        if not all(math.isfinite(v) and v > 0 for v in (epsilon, sigma)):
+            raise ValueError(
+                f"epsilon (eV) and sigma (Å) must be finite and positive, got {epsilon!r} "
+                f"and {sigma!r}"
+            )
         self.epsilon, self.sigma, self.shift = float(epsilon), float(sigma), bool(shift)
         self.model_config = ModelConfig(
             neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),

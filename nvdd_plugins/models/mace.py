@@ -65,6 +65,12 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         self, model: nn.Module, head: str | None = None, cuequivariance: bool = False
     ) -> None:
         super().__init__()
+        if not (isinstance(model, nn.Module) and hasattr(model, "atomic_numbers")):
+            raise TypeError(
+                "MACEWrapper takes a mace-torch model (an nn.Module with atomic_numbers and "
+                f"r_max), got a {type(model).__name__}; for a file saved with "
+                "torch.save(model), use MACEWrapper.from_file(path)"
+            )
         if cuequivariance and not _uses_cuequivariance(model):
             from nvdd_plugins.models.cueq import to_cuequivariance  # optional dependency
 
@@ -95,10 +101,25 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         head: str | None = None,
         cuequivariance: bool = False,
     ) -> MACEWrapper:
-        """Load a mace model saved with `torch.save(model)` (a trusted file)."""
+        """Load a mace model saved with `torch.save(model)` (mace-torch's `.model` files, a
+        trusted file: it is unpickled with weights_only=False, as mace's own calculator
+        does; plain `torch.load(path)` refuses such a file)."""
         import mace  # noqa: F401  (optional dependency; sets mace's torch.load defaults)
 
-        model = torch.load(path, map_location=device, weights_only=False)
+        try:
+            model = torch.load(path, map_location=device, weights_only=False)
+        except OSError:
+            raise
+        except Exception as err:  # unpickling fails in as many ways as a file can be wrong
+            raise ValueError(
+                f"cannot read {path} as a model saved with torch.save(model): "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        if not isinstance(model, nn.Module):
+            raise ValueError(
+                f"{path} holds a {type(model).__name__}, not a mace-torch model saved with "
+                "torch.save(model)"
+            )
         return cls(model.to(dtype), head=head, cuequivariance=cuequivariance)
 
     def check_species(self, numbers: torch.Tensor) -> None:

@@ -82,8 +82,9 @@ class SimpleMPNN(nn.Module, BaseModelMixin):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if n_layers < 1:
-            raise ValueError("n_layers must be >= 1")
+        for name, value in (("n_layers", n_layers), ("hidden", hidden), ("n_radial", n_radial)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
         with seeded_weights(seed):
             self.embedding = nn.Embedding(max_atomic_number + 1, hidden)
             self.layers = nn.ModuleList(

@@ -108,6 +108,14 @@ class NequIPWrapper(nn.Module, BaseModelMixin):
                 f"{len(symbols)} chemical symbols for {len(model.type_names)} model types "
                 f"{model.type_names}"
             )
+        unknown = [s for s in symbols if s not in number_of_symbol]
+        if unknown:
+            given = "the given chemical_symbols" if chemical_symbols else "its type_names"
+            raise ValueError(
+                f"{given} {symbols} hold {unknown}, not element symbols: pass "
+                f"chemical_symbols, the element of each of the model's types "
+                f"{list(model.type_names)} in that order"
+            )
         type_map = {number_of_symbol[s]: k for k, s in enumerate(symbols)}
         lookup = species_lookup(type_map, next(model.parameters()).device)
         self.register_buffer("type_index", lookup, persistent=False)

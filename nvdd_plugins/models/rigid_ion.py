@@ -28,6 +28,7 @@ from nvdd_plugins.models.ewald import (
     COULOMB_CONSTANT,
     Ewald,
     real_space_pair_energies,
+    require_one_periodic_system,
     self_energies,
 )
 from nvdd_plugins.models.pme import PME
@@ -158,11 +159,7 @@ class RigidIonModel(nn.Module, BaseModelMixin):
         inputs = self.adapt_input(batch)
         if host_checks_allowed():
             require_species(self.species_index, inputs.atomic_numbers, "rigid-ion")
-        if inputs.num_graphs != 1 or not bool(inputs.pbc.all()):
-            raise ValueError(
-                "RigidIonModel sums Coulomb over a lattice: give it one system, periodic "
-                f"along all three axes (got {inputs.num_graphs} systems, pbc {inputs.pbc.tolist()})"
-            )
+        require_one_periodic_system(inputs, "RigidIonModel")
         x, n = inputs.positions, inputs.positions.shape[0]
         species = self.species_index[inputs.atomic_numbers]
         charges = self.charge_table.to(x.dtype)[species]

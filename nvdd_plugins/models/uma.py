@@ -98,6 +98,12 @@ class UMAWrapper(nn.Module, BaseModelMixin):
             if task_name not in known:
                 raise ValueError(f"UMA needs task_name, one of {known}; got {task_name!r}")
         self.task_name = task_name
+        for name, value in (("charge", charge), ("spin", spin)):
+            if int(value) != value:
+                raise ValueError(
+                    f"UMA takes a whole-number {name} (fairchem embeds it as an integer), "
+                    f"got {value!r}"
+                )
         self.charge, self.spin = int(charge), int(spin)
         # fairchem's polynomial envelope is zero beyond the cutoff and weighs every message
         # (pairs beyond it add exact zeros); eager forwards drop them all the same

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from nvdd_plugins.errors import raised_on_every_rank
 from nvdd_plugins.models.base import BaseModelMixin
 
 __all__ = ["atom_strain_shares", "new_pair_leaf", "pair_gradients_of", "per_atom_stresses"]
@@ -32,11 +33,13 @@ def pair_gradients_of(
     """The gradient with respect to the pair leaf, or a clear error when the model does not
     build its edge vectors from the batch's shifts or has a term of the positions themselves
     (no per-edge derivative exists then)."""
-    if not model.model_config.edge_energy:
-        raise ValueError(
-            f"{type(model).__name__} has an energy term of the atoms' positions (a "
-            "reciprocal-space sum), not of pair vectors alone: per-atom virials and pair "
-            "forces are not defined for it"
+    if not model.model_config.edge_energy:  # the model's own property: alike on every rank
+        raise raised_on_every_rank(
+            ValueError(
+                f"{type(model).__name__} has an energy term of the atoms' positions (a "
+                "reciprocal-space sum), not of pair vectors alone: per-atom virials and pair "
+                "forces are not defined for it"
+            )
         )
     if gradient is not None:
         return gradient

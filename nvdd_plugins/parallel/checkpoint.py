@@ -188,6 +188,8 @@ def restore_domain_checkpoint(
         name: value.to(target)
         for name, value in comm.scatter_rows(per_atom, owner, meta["schema"]).items()
     }
+    if same_layout:
+        _check_saved_owners(model, received, cell.to(target))
 
     system = {name: value.clone().to(target) for name, value in meta["system"].items()}
     ptr = torch.tensor([0, received["positions"].shape[0]], device=target)
@@ -218,6 +220,30 @@ def restore_domain_checkpoint(
         "rank %d: restored %d atoms at step %d", comm.rank, owned.num_nodes, dynamics.step_count
     )
     return owned
+
+
+def _check_saved_owners(
+    model: DistributedModel, received: Mapping[str, torch.Tensor], cell: torch.Tensor
+) -> None:
+    """Raise on every rank when a saved owner does not hold its atom: each atom received
+    must be one that migration leaves on this rank at the positions of the last rebuild
+    (inside its sub-domain, or within the migration hysteresis of it). A run's own file
+    always passes; an edited owner table would run with ghosts missing."""
+    comm = model.comm
+    positions = received.get("reference_positions", received["positions"])
+    strays = model.domain.destinations(positions, cell) != comm.rank
+    count = int(comm.all_reduce(strays.sum().reshape(1).double())[0])
+    if count:
+        ids = received["global_ids"][strays][:5].tolist()
+        raise raised_on_every_rank(
+            CheckpointFormatError(
+                f"decomposition/owner: {count} atoms lie outside their saved owner's "
+                f"sub-domain (global ids {ids} on rank {comm.rank} among them), so the run "
+                "would miss ghosts: the owner table does not belong to these positions. "
+                "Restore the file at another rank count (owners are derived afresh), or "
+                "write it again with save_checkpoint"
+            )
+        )
 
 
 def _metadata(content: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from types import TracebackType
 
 import torch
 
-from nvdd_plugins.comm import Communicator, local_device
+from nvdd_plugins.comm import Communicator, local_device, note_steps
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model import DistributedModel, NonFiniteError
@@ -24,6 +24,7 @@ from nvdd_plugins.dynamics import (
     TrajectoryWriter,
 )
 from nvdd_plugins.errors import raised_on_every_rank
+from nvdd_plugins.models import model_dtype
 from nvdd_plugins.parallel.checkpoint import (
     CheckpointPath,
     restore_domain_checkpoint,
@@ -117,7 +118,7 @@ class DomainParallel:
         if problem:
             raise raised_on_every_rank(ValueError(f"partition(): {problem}"))
         if self.comm.rank == 0:
-            full = full.copy()
+            full = self._in_model_dtype(full)
             if "global_ids" not in full:
                 full.add_node_property(
                     "global_ids", torch.arange(full.num_nodes, device=full.device)
@@ -145,6 +146,25 @@ class DomainParallel:
         )
         logger.info("rank %d owns %d atoms", self.comm.rank, n)
         return self.batch
+
+    def _in_model_dtype(self, full: Batch) -> Batch:
+        """A copy of `full` whose floating-point fields have the model's dtype (as the ASE
+        calculator evaluates ASE's float64 Atoms with a float32 model)."""
+        model = self.dynamics.model
+        dtype = model_dtype(model) if isinstance(model, torch.nn.Module) else None
+        if dtype is None or dtype == full.positions.dtype:
+            return full.copy()
+        logger.warning(
+            "partition(): the system's floating-point fields are %s and the model computes "
+            "in %s: the system is cast to %s (build it in %s, or convert the model with "
+            "model.to(%s), to keep this from being needed)",
+            full.positions.dtype,
+            dtype,
+            dtype,
+            dtype,
+            full.positions.dtype,
+        )
+        return full.to(dtype=dtype)
 
     def _check_full(self, full: Batch | None) -> str | None:
         """Why rank 0's full system cannot be partitioned, or None."""
@@ -197,23 +217,60 @@ class DomainParallel:
             return
         scopes = {scope for _, scope in due}
         full = None
+        gathered = bool(scopes & {HookScope.GLOBAL, HookScope.RANK_ZERO})
         if HookScope.GLOBAL in scopes:
             full = self.gather(batch)
-        elif HookScope.RANK_ZERO in scopes:
+        elif gathered:
             full = self.gather(batch, dst=0)
-        for entry, scope in due:
-            if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
-                continue
-            view = batch if scope is HookScope.LOCAL else full
-            before = None if scope is HookScope.LOCAL else _fingerprint(view)
-            entry.hook(HookContext(view, step, self.dynamics, self.dynamics.results), stage)
-            if before is not None and _fingerprint(view) != before:
-                raise RuntimeError(
-                    f"{type(entry.hook).__name__} ({scope.name} scope) changed ctx.batch, a "
-                    "gathered copy of the system whose changes go nowhere: change atoms in a "
-                    "LOCAL hook (it gets this rank's own atoms), or keep global results on the "
-                    "hook or the integrator"
+        failure = None
+        try:
+            for entry, scope in due:
+                if scope is HookScope.RANK_ZERO and self.comm.rank != 0:
+                    continue
+                view = batch if scope is HookScope.LOCAL else full
+                self._call(
+                    entry,
+                    scope,
+                    HookContext(view, step, self.dynamics, self.dynamics.results),
+                    stage,
                 )
+        except Exception as err:
+            failure = err
+        if gathered:  # the ranks met in the gather: they can agree on the outcome
+            self._agree_on(failure, stage)
+        elif failure is not None:
+            raise failure
+
+    def _call(
+        self, entry: AttachedHook, scope: HookScope, ctx: HookContext, stage: DynamicsStage
+    ) -> None:
+        before = None if scope is HookScope.LOCAL else _fingerprint(ctx.batch)
+        entry.hook(ctx, stage)
+        if before is not None and _fingerprint(ctx.batch) != before:
+            raise RuntimeError(
+                f"{type(entry.hook).__name__} ({scope.name} scope) changed ctx.batch, a "
+                "gathered copy of the system whose changes go nowhere: change atoms in a "
+                "LOCAL hook (it gets this rank's own atoms), or keep global results on the "
+                "hook or the integrator"
+            )
+
+    def _agree_on(self, failure: Exception | None, stage: DynamicsStage) -> None:
+        """After hooks that ran between the same two collectives on every rank: when a hook
+        raised on any rank, every rank raises (its own exception, or one naming the rank
+        that failed), marked as raised on every rank, so the ranks stay in step. One small
+        all-gather, and a broadcast only after a failure."""
+        flags = self.comm.all_gather(torch.tensor([failure is not None]))
+        failed = [rank for rank, flag in enumerate(flags) if bool(flag[0])]
+        if not failed:
+            return
+        message = f"{type(failure).__name__}: {failure}" if failure is not None else None
+        message = self.comm.broadcast_object(message, src=failed[0])
+        if failure is None:
+            failure = RuntimeError(
+                f"a hook at {stage.name} of step {self.dynamics.step_count} raised on rank "
+                f"{failed[0]} ({message}); every rank stops here"
+            )
+        raise raised_on_every_rank(failure)
 
     @notes_failures
     def step(self, batch: Batch | None = None) -> tuple[Batch, bool]:
@@ -221,6 +278,7 @@ class DomainParallel:
         this rank's owned batch and whether the optimizer has converged mesh-wide (always
         False for an integrator)."""
         batch = self._owned(batch)
+        note_steps(self.dynamics)  # its step count shows if a collective stalls
         try:
             self.dynamics.prepare(batch)
             self._fire(DynamicsStage.BEFORE_STEP, batch)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from nvdd_plugins.spec.adapters import JitAdapter, MethodAdapter, OpAdapter, PythonAdapter
-from nvdd_plugins.spec.global_sums import GLOBAL_SUM_ADAPTERS, owned_part, summed_over_ranks
+from nvdd_plugins.spec.global_sums import (
+    GLOBAL_SUM_ADAPTERS,
+    MeshRanks,
+    forward_on_ranks,
+    mesh_ranks,
+    owned_part,
+    summed_over_ranks,
+)
 from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import (
     OwnedRows,
@@ -41,6 +48,7 @@ __all__ = [
     "HaloStoragePolicy",
     "JitAdapter",
     "MLIPSpec",
+    "MeshRanks",
     "MethodAdapter",
     "OpAdapter",
     "OutputKind",
@@ -50,6 +58,8 @@ __all__ = [
     "SliceOwned",
     "Transform",
     "for_strategy",
+    "forward_on_ranks",
+    "mesh_ranks",
     "owned_part",
     "owned_rows",
     "policy_for",

@@ -150,7 +150,8 @@ Adapter = OpAdapter | MethodAdapter | PythonAdapter | JitAdapter
 
 
 def adapter_from_dict(data: Mapping[str, Any]) -> Adapter:
-    """Inverse of the adapters' `to_dict`."""
+    """Inverse of the adapters' `to_dict`: ops and replacements are imported (the target of
+    a replacement stays its name: it is looked up when a forward runs)."""
     kind = data.get("type")
     if kind == "OpAdapter":
         return OpAdapter(
@@ -165,4 +166,6 @@ def adapter_from_dict(data: Mapping[str, Any]) -> Adapter:
     classes = {cls.__name__: cls for cls in (MethodAdapter, PythonAdapter, JitAdapter)}
     if kind not in classes:
         raise ValueError(f"unknown adapter type {kind!r}")
-    return classes[kind](target=data["target"], replacement=data["replacement"])
+    # the replacement is the function itself again, as the op of an OpAdapter is
+    replacement = resolve_qualified_name(data["replacement"])
+    return classes[kind](target=data["target"], replacement=replacement)

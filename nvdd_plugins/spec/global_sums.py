@@ -7,9 +7,19 @@ Both marks are the identity in one process. In a distributed forward `GLOBAL_SUM
 so no atom is counted twice and ghost rows are left out) and `summed_over_ranks` into
 `AllReduceSum` (whose backward sums the gradients over the ranks, so forces and stress
 stay derivatives of the total energy).
+
+A global sum too large to replicate on every rank (a PME charge mesh of millions of points)
+can instead be kept distributed by the model's own collective code: `mesh_ranks()` gives
+it the ranks of a distributed forward (None in one process), with a differentiable
+all-to-all.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 import torch
 from torch.overrides import handle_torch_function, has_torch_function_unary
@@ -17,7 +27,52 @@ from torch.overrides import handle_torch_function, has_torch_function_unary
 from nvdd_plugins.spec.adapters import OpAdapter
 from nvdd_plugins.spec.transforms import AllReduceSum, SliceOwned
 
-__all__ = ["GLOBAL_SUM_ADAPTERS", "owned_part", "summed_over_ranks"]
+__all__ = [
+    "GLOBAL_SUM_ADAPTERS",
+    "MeshRanks",
+    "forward_on_ranks",
+    "mesh_ranks",
+    "owned_part",
+    "summed_over_ranks",
+]
+
+
+@dataclass(frozen=True)
+class MeshRanks:
+    """The ranks of a distributed forward, for a model that distributes a global array
+    itself (a distributed FFT). All ranks run the same collectives in the same order.
+
+    Attributes:
+        rank: this rank.
+        size: the number of ranks.
+        all_to_all: `(x, send_counts, recv_counts) -> rows received`: the rows of `x` in
+            blocks of `send_counts[q]` for each rank q, exchanged; differentiable
+            (`nvdd_plugins.comm.all_to_all_rows`).
+        all_gather: every rank's tensor (not differentiable: sizes, index ranges).
+    """
+
+    rank: int
+    size: int
+    all_to_all: Callable[[torch.Tensor, Sequence[int], Sequence[int]], torch.Tensor]
+    all_gather: Callable[[torch.Tensor], list[torch.Tensor]]
+
+
+_RANKS: ContextVar[MeshRanks | None] = ContextVar("nvdd_mesh_ranks", default=None)
+
+
+def mesh_ranks() -> MeshRanks | None:
+    """The ranks of the distributed forward running now (more than one), else None."""
+    return _RANKS.get()
+
+
+@contextmanager
+def forward_on_ranks(ranks: MeshRanks | None) -> Iterator[None]:
+    """Inside the block (this thread), `mesh_ranks()` returns `ranks` (the engine's)."""
+    token = _RANKS.set(ranks)
+    try:
+        yield
+    finally:
+        _RANKS.reset(token)
 
 
 def owned_part(tensor: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,11 @@ from nvdd_plugins.validate.trace import trace_and_validate
 
 __all__ = ["load_wrapper", "main"]
 
+EXAMPLES = """examples:
+  python -m nvdd_plugins.validate nvdd_plugins.models:SimpleMPNN
+  python -m nvdd_plugins.validate my_model:MyWrapper --world-size 4 --save my_wrapper.spec.json
+    (my_model.py in the working directory or on PYTHONPATH; MyWrapper() builds the wrapper)"""
+
 
 def load_wrapper(target: str) -> Any:
     """The model wrapper named by "module:attribute" (called when callable)."""
@@ -30,7 +35,12 @@ def load_wrapper(target: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m nvdd_plugins.validate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m nvdd_plugins.validate",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("wrapper", help="module:Wrapper (class, factory or instance)")
     parser.add_argument("--world-size", type=int, default=2, help="simulated ranks")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:k]")

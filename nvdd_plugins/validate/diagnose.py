@@ -1,7 +1,8 @@
 """From a failed distributed run to the defect behind it and the exact fix.
 
 A broken rule the engine raised is named by its message; wrong numbers are traced to a
-model that ignores periodic images (its single-process energy changes when the system is
+model that weighs pairs beyond its cutoff although it says it does not, to a model that
+ignores periodic images (its single-process energy changes when the system is
 translated and wrapped), to opaque ops no adapter covers (fixed by trying adapters until
 the numbers agree, so the suggested spec is one that was verified) or to reductions over
 the atoms that each rank makes over its own rows only.
@@ -9,6 +10,7 @@ the atoms that each rank makes over its own rows only.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,7 +67,8 @@ def diagnose(trial: Trial, outcome: Outcome) -> Finding | None:
     if trial.agrees(outcome.deviations) and not unknown:
         return None
     return (
-        _global_sum_finding(trial, outcome)
+        _skin_pair_finding(trial, outcome)
+        or _global_sum_finding(trial, outcome)
         or _periodicity_finding(trial)
         or (_adapter_finding(trial, outcome.spec, unknown) if unknown else None)
         or _reduction_finding(outcome)
@@ -112,6 +115,36 @@ def _with_adapters(spec: MLIPSpec, added: tuple[OpAdapter, ...]) -> MLIPSpec:
     custom_ops = distribution.custom_ops + added
     return dataclasses.replace(
         spec, distribution=dataclasses.replace(distribution, custom_ops=custom_ops)
+    )
+
+
+def _skin_pair_finding(trial: Trial, outcome: Outcome) -> Finding | None:
+    """A model declaring that it weighs pairs beyond its cutoff zero
+    (`NeighborConfig(accepts_skin_pairs=True)`: the Verlet list's skin pairs reach it
+    unfiltered) whose distributed run agrees once that claim is dropped: the claim is
+    wrong, not the model's reductions or aggregations."""
+    neighbors = trial.model.model_config.neighbor_config
+    claimed = neighbors is not None and neighbors.accepts_skin_pairs and trial.skin > 0
+    if not claimed or trial.agrees(outcome.deviations):
+        return None
+    filtered = copy.copy(trial.model)  # the same weights, the pairs filtered to the cutoff
+    filtered.model_config = dataclasses.replace(
+        trial.model.model_config,
+        neighbor_config=dataclasses.replace(
+            neighbors, accepts_skin_pairs=False, prune_skin_pairs=False
+        ),
+    )
+    retried = trial.distributed(outcome.spec, model=filtered)
+    if retried.error is not None or not trial.agrees(retried.deviations):
+        return None
+    return Finding(
+        "the model declares NeighborConfig(accepts_skin_pairs=True) (pairs at r >= cutoff "
+        f"weigh exactly zero) but weighs the Verlet list's pairs beyond its {trial.model.cutoff}"
+        f" Å cutoff: with the skin pairs the distributed results differ ({_worst(outcome)}), "
+        "with the pairs filtered to the cutoff they agree",
+        "set NeighborConfig(accepts_skin_pairs=False) (the default: nvdd then filters the "
+        "pairs to the cutoff), or give every pair at r >= cutoff exactly zero weight (e.g. "
+        "multiply its weight by (r < cutoff))",
     )
 
 

@@ -134,15 +134,22 @@ class Trial:
         except ValueError as err:  # the model or the sample cannot run compiled
             return str(err)
 
-    def distributed(self, spec: MLIPSpec, compiled: BaseModelMixin | None = None) -> Outcome:
+    def distributed(
+        self,
+        spec: MLIPSpec,
+        compiled: BaseModelMixin | None = None,
+        model: BaseModelMixin | None = None,
+    ) -> Outcome:
         """The model under `spec` on the simulated mesh, compared with the reference.
 
         `compiled`: the `compile_ready` model, run with DomainConfig(compile=True), of which
         one evaluation runs only the eager, checked first forward (functional halo
-        refreshes: unrebound scatters show).
+        refreshes: unrebound scatters show). `model`: a variant of the model to run instead
+        (the same weights, another declaration).
         """
         log = RecordLog()
-        recorded = RecordedModel(self.model if compiled is None else compiled, spec, log)
+        run = next(m for m in (compiled, model, self.model) if m is not None)
+        recorded = RecordedModel(run, spec, log)
 
         def rank(comm: SimulatedCommunicator) -> dict[str, torch.Tensor]:
             config = DomainConfig(

@@ -20,15 +20,20 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import AIMNet2Wrapper, evaluate_model
 from nvdd_plugins.spec import MLIPSpec
 from tests.helpers.aimnet_models import (
+    PME_AGAINST_AIMNET,
     aimnet_calculator,
     aimnet_reference,
     assert_aimnet_close,
+    lattice_case,
+    reciprocal_sums_per_rank,
     tiny_aimnet2,
     with_species,
 )
 from tests.helpers.oracle import (
     ENERGY_PER_ATOM_TOL,
+    assert_close,
     assert_trajectory_matches,
+    errors,
     properties_for,
     replicated,
 )
@@ -77,6 +82,60 @@ def test_aimnet2_matches_aimnet(system: str, world_size: int) -> None:
 @pytest.mark.parametrize("system", ["cluster", "bulk"])
 def test_aimnet2_under_graph_partition_matches_aimnet(system: str) -> None:
     _check_every_rank(system, 4, strategy=StrategyKind.GRAPH_PARTITION)
+
+
+@functools.cache
+def _lattice(method: str) -> tuple[AIMNet2Wrapper, object, dict, dict]:
+    """As `_case`, with Ewald or PME Coulomb on the sheared crystal."""
+    atoms = with_species(triclinic_bulk())
+    wrapper, ref = lattice_case(method, atoms)
+    single = evaluate_model(wrapper, Batch.from_atoms(atoms), properties_for(atoms))
+    return wrapper, atoms, ref, single
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("method", ["ewald", "pme"])
+def test_aimnet2_lattice_sums_match_aimnet(method: str, world_size: int) -> None:
+    """Every rank equals the single process to the float64 tolerances and aimnet's own
+    calculator (same fixed parameters) to those of `PME_AGAINST_AIMNET` for PME."""
+    wrapper, atoms, ref, single = _lattice(method)
+    properties = PROPERTIES["bulk"]
+    grid = (1, 1, 1) if world_size == 1 else None
+    results = run_simulated(
+        world_size, lambda comm: replicated(comm, wrapper, atoms, properties, grid)
+    )
+    limits = PME_AGAINST_AIMNET if method == "pme" else None
+    for rank, result in enumerate(results):
+        errs = {k: float((result[k] - ref[k]).abs().max()) for k in ref}
+        errs["energy"] /= len(atoms)
+        assert_aimnet_close(errs, f"{method}/rank{rank}", limits)
+        assert_close(errors(result, single, len(atoms)), f"{method}/rank{rank}")
+
+
+def test_aimnet2_lattice_sums_under_graph_partition() -> None:
+    wrapper, atoms, _, single = _lattice("pme")
+    strategy = StrategyKind.GRAPH_PARTITION
+    results = run_simulated(
+        3, lambda comm: replicated(comm, wrapper, atoms, PROPERTIES["bulk"], strategy=strategy)
+    )
+    for rank, result in enumerate(results):
+        assert_close(errors(result, single, len(atoms)), f"graph/rank{rank}")
+
+
+@pytest.mark.parametrize("method", ["ewald", "pme"])
+def test_reciprocal_sums_left_per_rank_are_wrong(method: str) -> None:
+    """Negative control: without the all-reduce of the structure factors (or mesh) the
+    charges stay exact (their sums are all-reduced) but energy and forces are off."""
+    wrapper, atoms, _, single = _lattice(method)
+
+    def per_rank(comm):
+        with reciprocal_sums_per_rank():
+            return replicated(comm, wrapper, atoms, PROPERTIES["bulk"])
+
+    for result in run_simulated(2, per_rank):
+        assert float((result["charges"] - single["charges"]).abs().max()) < 1e-10
+        errs = errors(result, single, len(atoms))
+        assert errs["energy"] > 1e-4 and errs["forces"] > 1e-3, errs
 
 
 class _ChargeSumsPerRank(AIMNet2Wrapper):

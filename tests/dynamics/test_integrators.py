@@ -6,10 +6,12 @@ import io
 
 import ase.io
 import ase.parallel
+import ase.units
 import numpy as np
 import pytest
 import torch
 from ase.md.velocitydistribution import thermalize_momenta
+from ase.md.verlet import VelocityVerlet
 
 from nvdd_plugins import AtomicData, Batch
 from nvdd_plugins.dynamics import (
@@ -22,6 +24,7 @@ from nvdd_plugins.dynamics import (
     TrajectoryWriter,
 )
 from nvdd_plugins.models import ModelEvaluator
+from tests.helpers.ase_reference import ase_lj, warm_bulk
 from tests.helpers.systems import lj_model, triclinic_bulk
 
 
@@ -151,17 +154,36 @@ def test_the_model_is_evaluated_through_the_injected_evaluator_only() -> None:
     assert all(view is batch for view in seen)
 
 
-def test_thermo_logger_and_trajectory_writer(tmp_path) -> None:
+def test_thermo_logger_and_trajectory_writer_start_at_step_0_as_ase(tmp_path) -> None:
+    """Like ASE's MDLogger and a trajectory attached to VelocityVerlet: the initial state,
+    then every `frequency` steps; the same rows and frames as ASE's."""
     stream = io.StringIO()
     path = tmp_path / "run.extxyz"
     hooks = [ThermoLogger(frequency=5, stream=stream), TrajectoryWriter(path, frequency=5)]
-    batch = _system()
+    atoms = warm_bulk()
+    batch = Batch.from_atoms(atoms)
     NVE(lj_model(), 2.0, hooks=hooks).run(batch, 10)
-    lines = stream.getvalue().splitlines()
-    assert lines[0].split()[:3] == ["step", "time[fs]", "Epot[eV]"] and len(lines) == 3
+    header, *rows = stream.getvalue().splitlines()
+    assert header.split()[:3] == ["step", "time[fs]", "Epot[eV]"]
+    assert [int(row.split()[0]) for row in rows] == [0, 5, 10]
     frames = ase.io.read(path, index=":")
-    assert len(frames) == 2 and np.allclose(frames[-1].positions, batch.positions.numpy())
+    assert np.allclose(frames[0].positions, atoms.positions)
+    assert np.allclose(frames[-1].positions, batch.positions.numpy())
     assert np.allclose(frames[-1].get_forces(), batch.forces.numpy())
+
+    reference = ase_lj(atoms)
+    log, trajectory = tmp_path / "ase.log", tmp_path / "ase.traj"
+    VelocityVerlet(
+        reference, 2.0 * ase.units.fs, trajectory=str(trajectory), logfile=str(log), loginterval=5
+    ).run(10)
+    ase_rows = [line.split() for line in log.read_text().splitlines()[1:]]
+    assert len(ase_rows) == len(rows) and len(ase.io.read(trajectory, index=":")) == len(frames)
+    for row, theirs in zip(rows, ase_rows, strict=True):  # ASE: time[ps] Etot Epot Ekin T[K]
+        step, _, epot, ekin, etot, kelvin = map(float, row.split())
+        assert float(theirs[0]) == pytest.approx(step * 2e-3, abs=1e-4)
+        # ASE prints 3 decimals
+        assert [etot, epot, ekin] == pytest.approx(list(map(float, theirs[1:4])), abs=6e-4)
+        assert kelvin == pytest.approx(float(theirs[4]), abs=0.1)
 
 
 class _RankZeroOfTwo:
@@ -182,5 +204,5 @@ def test_trajectory_writer_makes_no_ase_collective(tmp_path, monkeypatch, suffix
     dynamics.run(batch, 10)
     monkeypatch.undo()
     frames = ase.io.read(path, index=":")
-    assert len(frames) == 2 and np.allclose(frames[-1].positions, batch.positions.numpy())
+    assert len(frames) == 3 and np.allclose(frames[-1].positions, batch.positions.numpy())
     assert np.allclose(frames[-1].get_forces(), batch.forces.numpy())

@@ -81,8 +81,9 @@ def test_thermo_logger_prints_volume_and_pressure() -> None:
     dynamics.attach(ThermoLogger(frequency=5, stream=stream, cell=True))
     batch = Batch.from_atoms(atoms)
     dynamics.run(batch, 5)
-    header, row = stream.getvalue().splitlines()
+    header, first, row = stream.getvalue().splitlines()  # steps 0 and 5
     assert header.split()[-2:] == ["V[A^3]", "P[GPa]"]
+    assert first.split()[0] == "0" and row.split()[0] == "5"
     reference = ase_lj(atoms)
     reference.set_cell(batch.cell[0].numpy())
     reference.positions = batch.positions.numpy()

@@ -30,12 +30,15 @@ def triclinic_nacl(repeat: int = 3, seed: int = 0, jiggle: float = 0.1) -> Atoms
 def nacl_model(
     method: str, atoms: Atoms, model: type[RigidIonModel] = RigidIonModel
 ) -> RigidIonModel:
-    """The Tosi-Fumi rigid-ion NaCl `model` with "ewald" or "pme" (a 0.7 Å mesh, order 4)
-    electrostatics at an Ewald accuracy of 1e-5 (cheap: for comparisons of one model)."""
+    """The Tosi-Fumi rigid-ion NaCl `model` with "ewald", "pme" (a 0.7 Å mesh, order 4) or
+    "pme slabs" (the same with its mesh in slabs) electrostatics at an Ewald accuracy of
+    1e-5 (cheap: for comparisons of one model)."""
     ewald = Ewald.for_accuracy(CUTOFF, 1e-5)
     electrostatics = ewald
-    if method == "pme":
-        electrostatics = PME.for_cell(ewald.alpha, torch.tensor(atoms.cell.array), 0.7, order=4)
+    if method.startswith("pme"):
+        layout = "slabs" if method == "pme slabs" else "whole"
+        cell = torch.tensor(atoms.cell.array)
+        electrostatics = replace(PME.for_cell(ewald.alpha, cell, 0.7, order=4), layout=layout)
     return model(NACL_CHARGES, TOSI_FUMI_NACL, CUTOFF, electrostatics)
 
 

@@ -24,6 +24,17 @@ from torch.multiprocessing.spawn import ProcessException
 from nvdd_plugins.comm.torch_dist import TorchDistCommunicator
 
 REPO = Path(__file__).resolve().parents[2]
+TWO_RANKS = {
+    "torchrun": [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+    ],
+    "mpirun": ["mpirun", "-n", "2", sys.executable],
+}
+"""Each launcher's command for two ranks, up to the script (mpirun without `-m mpi4py`)."""
 
 
 def _gloo_worker(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_lj(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         'python attach input 1 SELF format p here "from lammps_interface import attach"' in printed
     )
     assert f"pair_style mliap unified {path} 0\npair_coeff * * Ar" in printed
-    assert "#   neigh_modify exclude group all all" in printed
+    assert "\nneigh_modify exclude group all all\n" in printed  # halo mode: a live line
 
 
 def test_mpnn_float32(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,3 +110,46 @@ def test_mace_converted_to_cuequivariance(tmp_path: Path) -> None:
     model = _load(path)
     assert isinstance(model.model, MACEWrapper) and model.model.cuequivariance
     assert model.device == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\x93random bytes, not a torch.save file" * 8, "cannot read .* as a model saved with"),
+        ({"weights": torch.zeros(3)}, "holds a dict, not a mace-torch model"),
+        (torch.nn.Linear(3, 3), "MACEWrapper takes a mace-torch model .* got a Linear"),
+    ],
+    ids=["random_bytes", "dict", "linear"],
+)
+def test_a_file_that_is_not_a_mace_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content, expected: str
+) -> None:
+    """Random bytes, a saved dict or a saved nn.Linear: one line and exit 2, no traceback."""
+    pytest.importorskip("mace")
+    path = tmp_path / "model.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        torch.save(content, path)
+    argv = ["--mace", str(path), "--elements", "Cu", "-o", str(tmp_path / "x.pkl")]
+    assert re.search(expected, _refused(argv, capsys))
+    assert not (tmp_path / "x.pkl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--lj", "0.0104", "3.4", "inf"], "cutoff must be a finite number > 0"),
+        (["--lj", "nan", "3.4", "6.0"], "must be finite and positive, got nan"),
+        (["--mpnn-seed", "1", "--cutoff", "4.5", "--hidden", "0"], "hidden must be >= 1"),
+        (["--mpnn-seed", "1", "--cutoff", "4.5", "--layers", "0"], "n_layers must be >= 1"),
+    ],
+    ids=["lj_inf_cutoff", "lj_nan_epsilon", "hidden_0", "layers_0"],
+)
+def test_numbers_no_model_can_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    """Numbers that make no model are refused in one line, and no file is written."""
+    argv = [*args, "--elements", "Ar", "-o", str(tmp_path / "x.pkl")]
+    assert expected in _refused(argv, capsys)
+    assert not (tmp_path / "x.pkl").exists()

@@ -10,7 +10,7 @@ if (reason := missing_lammps()) is not None:
     pytest.skip(reason, allow_module_level=True)
 
 from tests.lammps.cases import model_case
-from tests.lammps.lammps_io import ATTACH_LINES
+from tests.lammps.lammps_io import ATTACH_LINES, read_snapshot
 
 pytestmark = pytest.mark.lammps
 
@@ -132,3 +132,75 @@ def test_nan_is_named_where_it_came_from(workdir, systems) -> None:
     assert "non-finite energies on rank 0" not in output, output
     assert "non-finite forces only on rank 0:" in output, output
     assert "atom ids [" in output, output
+
+
+class _FormatOneFile:
+    """Pickles as the model file of a release before model files had a format version: no
+    `format_version`, no `device` and no staging buffers (runtime state added since)."""
+
+    def __init__(self, state: dict) -> None:
+        dropped = ("format_version", "device", "_staging")
+        self.state = {name: value for name, value in state.items() if name not in dropped}
+
+    def __reduce__(self):
+        import copyreg
+
+        from lammps_interface import MLIAPModel
+
+        return (copyreg._reconstructor, (MLIAPModel, object, None), self.state)
+
+
+def test_a_model_file_of_the_previous_release_runs(workdir, systems) -> None:
+    """A format-1 file loads with its runtime fields set afresh and gives the same energy as
+    a file of this release (it stopped LAMMPS with `no attribute '_staging'`)."""
+    import pickle
+
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import lj_model
+
+    bridge = MLIAPModel(lj_model(), ["Ar"])
+    with open(workdir / "format1.pkl", "wb") as handle:
+        pickle.dump(_FormatOneFile(bridge.__getstate__()), handle)
+    script = ATTACH_LINES + "".join(
+        model_case(name, f"{name}.pkl", systems["bulk_ar"], 2).block() for name in ("format1", "lj")
+    )
+    (workdir / "in.format1").write_text(script)
+    code, output = run_lmp(2, workdir / "in.format1", workdir, timeout=120)
+    assert code == 0, output
+    old, new = (read_snapshot(workdir, name) for name in ("format1", "lj"))
+    assert old.energy == new.energy and (old.forces == new.forces).all()
+
+
+def test_model_files_from_a_newer_release_or_incomplete_are_refused(tmp_path) -> None:
+    """A file of a format this release does not know, or missing a field, says what to do."""
+    import pickle
+
+    from lammps_interface import MLIAPModel
+    from tests.helpers.systems import lj_model
+
+    state = MLIAPModel(lj_model(), ["Ar"]).__getstate__()
+    newer = _FormatOneFile(state)
+    newer.state = {**state, "format_version": 99}
+    incomplete = _FormatOneFile(state)
+    del incomplete.state["dtype"]
+    for file, message in (
+        (newer, "format version 99, newer than this release reads"),
+        (incomplete, r"lacks \['dtype'\]"),
+    ):
+        with pytest.raises(ValueError, match=message) as raised:
+            pickle.loads(pickle.dumps(file))
+        assert "python -m lammps_interface" in str(raised.value)
+
+
+def test_a_reciprocal_space_model_is_refused_with_the_alternatives() -> None:
+    """RigidIonModel (Ewald/PME) was refused as "not periodic (pbc False)" on a periodic box:
+    the message says that ML-IAP cannot carry a reciprocal sum, and what to run instead."""
+    from lammps_interface import MLIAPModel
+    from nvdd_plugins.models import Ewald, RigidIonModel
+    from tests.helpers.ionic import NACL_CHARGES, TOSI_FUMI_NACL
+
+    model = RigidIonModel(NACL_CHARGES, TOSI_FUMI_NACL, 6.0, Ewald.for_accuracy(6.0, 1e-6))
+    with pytest.raises(ValueError, match="reciprocal-space term") as raised:
+        MLIAPModel(model, ["Na", "Cl"])
+    assert "DomainParallel or the ASE calculator" in str(raised.value)
+    assert "kspace_style ewald" in str(raised.value)

@@ -61,6 +61,18 @@ def test_unknown_species_raise() -> None:
         evaluate_model(NequIPWrapper(tiny_nequip()), Batch.from_atoms(atoms))
 
 
+def test_type_names_that_are_not_elements_are_refused_with_what_to_pass() -> None:
+    """A bare KeyError: 'Xx' before; now the message says to pass chemical_symbols."""
+    model = tiny_nequip()
+    with pytest.raises(ValueError, match=r"hold \['Xx'\], not element symbols: pass"):
+        NequIPWrapper(model, [model.type_names[0], "Xx"])
+    renamed = tiny_nequip()
+    renamed.type_names = ["A", "B"][: len(renamed.type_names)]
+    with pytest.raises(ValueError, match=r"its type_names .* not element symbols"):
+        NequIPWrapper(renamed)
+    NequIPWrapper(renamed, list(model.type_names))  # the elements of those types
+
+
 def test_allegro_wrapper_refuses_a_message_passing_model() -> None:
     with pytest.raises(ValueError, match="use NequIPWrapper"):
         AllegroWrapper(tiny_nequip())

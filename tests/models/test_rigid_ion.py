@@ -3,6 +3,7 @@ Madelung constant, nvalchemi-toolkit-ops' Ewald), stress as the strain derivativ
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from ase.neighborlist import neighbor_list
 from nvdd_plugins import Batch
 from nvdd_plugins.geometry import attach_neighbor_list
 from nvdd_plugins.models import PME, BornMayerHuggins, Ewald, RigidIonModel, evaluate_model
+from nvdd_plugins.models import ewald as ewald_module
 from nvdd_plugins.models.rigid_ion import NACL_CHARGES, TOSI_FUMI_NACL
 from tests.helpers.ionic import CUTOFF, nacl_model, triclinic_nacl
 
@@ -41,32 +43,71 @@ def test_rock_salt_madelung_constant(electrostatics: Ewald | PME, tolerance: flo
     assert abs(madelung - MADELUNG_ROCK_SALT) < tolerance
 
 
+def _nvalchemiops(function: str, batch: Batch, charges: torch.Tensor, **params) -> tuple:
+    """nvalchemi-toolkit-ops' `function` (ewald_summation, particle_mesh_ewald) on `batch`'s
+    pairs within `CUTOFF`: per-atom energies (e²/Å) and forces (by autograd)."""
+    electrostatics = pytest.importorskip("nvalchemiops.torch.interactions.electrostatics")
+    order = torch.argsort(batch.edge_index[0], stable=True)
+    edges = batch.edge_index[:, order]
+    ptr = torch.zeros(batch.num_nodes + 1, dtype=torch.int32)
+    ptr[1:] = torch.cumsum(torch.bincount(edges[0], minlength=batch.num_nodes), 0)
+    positions = batch.positions.clone().requires_grad_()
+    energies = getattr(electrostatics, function)(
+        positions,
+        charges,
+        batch.cell[0],
+        neighbor_list=edges.int(),
+        neighbor_ptr=ptr,
+        neighbor_shifts=batch.unit_shifts[order].round().int(),
+        **params,
+    )
+    (gradient,) = torch.autograd.grad(energies.sum(), positions)
+    return energies.detach(), -gradient
+
+
 @pytest.mark.aimnet  # nvalchemi-toolkit-ops comes with the aimnet extra
 def test_ewald_equals_nvalchemi_toolkit_ops() -> None:
-    electrostatics = pytest.importorskip("nvalchemiops.torch.interactions.electrostatics")
     atoms = triclinic_nacl(repeat=2)
     ewald = Ewald(alpha=0.6, k_cutoff=6.5)  # exp(-k_c^2 / 4 alpha^2) ~ 1e-13: both converged
     batch = Batch.from_atoms(atoms)
     attach_neighbor_list(batch, CUTOFF)
     ours = evaluate_model(_coulomb_only(ewald), batch, ("energy", "forces"))
-    order = torch.argsort(batch.edge_index[0], stable=True)
-    edges = batch.edge_index[:, order]
-    ptr = torch.zeros(len(atoms) + 1, dtype=torch.int32)
-    ptr[1:] = torch.cumsum(torch.bincount(edges[0], minlength=len(atoms)), 0)
-    positions = batch.positions.clone().requires_grad_()
-    theirs = electrostatics.ewald_summation(
-        positions,
-        ours["charges"],
-        batch.cell[0],
-        alpha=ewald.alpha,
-        k_cutoff=ewald.k_cutoff,
-        neighbor_list=edges.int(),
-        neighbor_ptr=ptr,
-        neighbor_shifts=batch.unit_shifts[order].round().int(),
-    )
-    (gradient,) = torch.autograd.grad(theirs.sum(), positions)
-    assert float((theirs.detach() - ours["energies"]).abs().max()) < 1e-12
-    assert float((-gradient - ours["forces"]).abs().max()) < 1e-12
+    params = {"alpha": ewald.alpha, "k_cutoff": ewald.k_cutoff}
+    energies, forces = _nvalchemiops("ewald_summation", batch, ours["charges"], **params)
+    assert float((energies - ours["energies"]).abs().max()) < 1e-12
+    assert float((forces - ours["forces"]).abs().max()) < 1e-12
+
+
+@pytest.mark.aimnet
+@pytest.mark.parametrize(
+    ("electrostatics", "tolerance"),
+    [
+        (Ewald(0.45, 2.0, k_set="box"), 1e-12),
+        (PME(0.45, (20, 18, 22), 5, scheme="nvalchemiops"), 1e-9),
+        (PME(0.45, (20, 18, 22), 4, scheme="nvalchemiops"), 1e-9),
+    ],
+)
+def test_nvalchemiops_conventions_equal_its_sums(electrostatics: Ewald | PME, tolerance: float):
+    """Unconverged parameters (Ewald truncation ~1e-4, a coarse mesh), so that only the same
+    sum agrees: the box of k-vectors and nvalchemiops' PME, odd order included. (Its
+    particle_mesh_ewald is 7e-10 e²/Å per atom from its own pme_reciprocal_space plus
+    ewald_real_space, which ours equals to 1e-14.)"""
+    atoms = triclinic_nacl(repeat=2)
+    batch = Batch.from_atoms(atoms)
+    attach_neighbor_list(batch, CUTOFF)
+    ours = evaluate_model(_coulomb_only(electrostatics), batch, ("energy", "forces"))
+    if isinstance(electrostatics, Ewald):
+        function, params = "ewald_summation", {"k_cutoff": electrostatics.k_cutoff}
+        standard = Ewald(electrostatics.alpha, electrostatics.k_cutoff)
+    else:
+        params = {"mesh_dimensions": electrostatics.mesh, "spline_order": electrostatics.order}
+        function, standard = "particle_mesh_ewald", PME(electrostatics.alpha, (20, 18, 22), 4)
+    charges = ours["charges"]
+    energies, forces = _nvalchemiops(function, batch, charges, alpha=electrostatics.alpha, **params)
+    assert float((energies - ours["energies"]).abs().max()) < tolerance
+    assert float((forces - ours["forces"]).abs().max()) < tolerance
+    other = evaluate_model(_coulomb_only(standard), batch, ("energy",))
+    assert float((energies - other["energies"]).abs().max()) > 1e3 * tolerance
 
 
 def test_pme_converges_to_ewald() -> None:
@@ -113,6 +154,12 @@ def test_bad_input_is_refused_with_a_reason() -> None:
         RigidIonModel(NACL_CHARGES, {(11, 11): NO_SHORT_RANGE}, CUTOFF, Ewald(0.5, 3.0))
     with pytest.raises(ValueError, match="even"):
         PME(0.5, (16, 16, 16), order=5)
+    with pytest.raises(ValueError, match="scheme must be"):
+        PME(0.5, (16, 16, 16), scheme="cic")
+    with pytest.raises(ValueError, match="orders 2 to 6"):
+        PME(0.5, (16, 16, 16), order=8, scheme="nvalchemiops")
+    with pytest.raises(ValueError, match="k_set must be"):
+        Ewald(0.5, 3.0, k_set="cube")
     argon = atoms.copy()
     argon.numbers[:] = 18
     with pytest.raises(ValueError, match=r"Ar \(18\)"):
@@ -138,3 +185,17 @@ def test_shift_subtracts_each_pairs_born_energy_at_the_cutoff() -> None:
         t = TOSI_FUMI_NACL.get((a, b)) or TOSI_FUMI_NACL[b, a]
         offsets += t.a * math.exp((t.sigma - CUTOFF) / t.rho) - t.c / CUTOFF**6 + t.d / CUTOFF**8
     assert abs(energies[0] - energies[1] - 0.5 * offsets) < 1e-9
+
+
+def test_a_net_charge_is_warned_about_once(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
+    """As LAMMPS does: the energy of a charged cell includes the neutralising background's."""
+    monkeypatch.setattr(ewald_module, "_warned_net_charge", [])
+    atoms = triclinic_nacl(repeat=2)
+    charged = atoms[1:]  # one ion fewer: net charge of +-1 e
+    model = nacl_model("pme", atoms)
+    with caplog.at_level(logging.WARNING, logger=ewald_module.__name__):
+        evaluate_model(model, Batch.from_atoms(atoms), ("energy",))
+        assert not caplog.records
+        for _ in range(2):
+            evaluate_model(model, Batch.from_atoms(charged), ("energy",))
+    assert len(caplog.records) == 1 and "net charge of" in caplog.text, caplog.text

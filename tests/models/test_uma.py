@@ -52,3 +52,10 @@ def test_unsupported_variants_are_refused() -> None:
         UMAWrapper(direct, task_name=TASK)
     with pytest.raises(ValueError, match="task_name"):
         UMAWrapper(tiny_uma(), task_name="omol")
+
+
+@pytest.mark.parametrize(("name", "value"), [("charge", 0.5), ("spin", 1.5)])
+def test_a_fractional_charge_or_spin_is_refused(name: str, value: float) -> None:
+    """charge=0.5 was kept as 0 without a word: fairchem embeds whole numbers only."""
+    with pytest.raises(ValueError, match=f"UMA takes a whole-number {name}"):
+        UMAWrapper(tiny_uma(), task_name=TASK, **{name: value})

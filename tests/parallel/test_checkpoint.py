@@ -298,3 +298,27 @@ def test_a_failed_write_raises_on_every_rank_and_leaves_no_partial_file(tmp_path
         for error in _errors_on_every_rank(save):
             assert error.startswith("OSError: cannot write the checkpoint"), error
         assert not path.with_name(path.name + ".partial").exists(), path
+
+
+def test_owners_that_do_not_hold_their_atoms_are_refused(tmp_path: Path) -> None:
+    """A file whose digest is good but whose owner table was edited (five atoms handed to
+    the other rank) would restore at the same rank count and run with ghosts missing: every
+    rank refuses it. At another rank count owners are derived afresh and it restores."""
+    saved = tmp_path / "saved.pt"
+    run_simulated(2, lambda comm: _first_half(comm, "nve", saved))
+    content = read_checkpoint_file(saved)
+
+    def swap_five_owners(c: dict) -> None:
+        owner = c["decomposition"]["owner"].clone()
+        owner[:5] = 1 - owner[:5]
+        c["decomposition"] = {**c["decomposition"], "owner": owner}
+
+    edited = tmp_path / "edited.pt"
+    write_checkpoint_file(edited, _damaged(content, swap_five_owners))
+    errors = _errors_on_every_rank(
+        lambda comm: _parallel(comm, "nve", _Frames()).restore_checkpoint(edited)
+    )
+    for error in errors:
+        assert error.startswith("CheckpointFormatError: decomposition/owner: 5 atoms lie"), error
+    restarted = run_simulated(3, lambda comm: _second_half(comm, "nve", edited))[0]
+    assert restarted["step"] == N_STEPS

@@ -115,7 +115,8 @@ def test_outer_hooks_attach_with_interval_and_scope() -> None:
     reports = run_simulated(2, run, timeout=60)
     for whole, own, _ in reports:
         assert whole == [(2, n), (4, n)] and own == [(0, True), (3, True)]
-    assert [lines for *_, lines in reports] == [3, 0], "ThermoLogger prints on rank 0 only"
+    # header and steps 0, 2, 4
+    assert [lines for *_, lines in reports] == [4, 0], "ThermoLogger prints on rank 0 only"
 
 
 def test_neighbor_list_hook_leaves_the_compute_view_list_alone() -> None:
@@ -177,37 +178,44 @@ def test_a_collective_hook_on_one_rank_only_is_named_on_every_rank() -> None:
 
 def test_only_failures_of_some_ranks_are_noted_for_cleanup(tmp_path) -> None:
     """An error every rank raises alike (a missing checkpoint) leaves the ranks in step, so
-    cleanup() may meet them at its barrier; an exception of one rank is noted, and cleanup()
-    then ends the job instead."""
-    from nvdd_plugins.parallel.failures import forget_failures, noted_failure
+    cleanup() may meet them at its barrier; an exception of one rank is noted for its
+    communicator, and cleanup() and every later collective call then end the job instead
+    (on simulated ranks: a RuntimeError naming the call and the failure)."""
+    from nvdd_plugins.parallel.failures import noted_failure
 
     def dd_of(comm) -> DomainParallel:
         model = lj_model()
         return DomainParallel(NVE(model, 2.0), DomainConfig(cutoff=model.cutoff, mesh=comm), 2)
 
-    def restore(comm) -> None:
+    def restore(comm) -> str | None:
         with pytest.raises(FileNotFoundError):
             dd_of(comm).restore_checkpoint(tmp_path / "absent.pt")
+        return noted_failure(comm)
 
     def fail_on_rank_1(ctx, stage) -> None:
         if ctx.dynamics.evaluator.comm.rank == 1:
             raise RuntimeError("rank 1 failed on purpose")
 
-    def run(comm) -> None:
+    def run(comm) -> tuple[str | None, str]:
         dd = dd_of(comm)
         dd.attach(fail_on_rank_1, stage=DynamicsStage.AFTER_STEP)
         dd.partition(Batch.from_atoms(_hot_atoms()) if comm.rank == 0 else None)
-        dd.run()
-
-    forget_failures()
-    try:
-        run_simulated(2, restore, timeout=30)
-        assert noted_failure() is None
+        if comm.rank == 0:  # waits for rank 1 in step 2, until rank 1 ends the "job"
+            with pytest.raises(RuntimeError, match="another rank failed"):
+                dd.run()
+            return None, ""
         with pytest.raises(RuntimeError, match="rank 1 failed on purpose"):
-            run_simulated(2, run, timeout=30)
-        assert noted_failure() == "RuntimeError: rank 1 failed on purpose"
-    finally:
-        forget_failures()
+            dd.run()
+        with pytest.raises(RuntimeError) as refused:
+            dd.run()
+        return noted_failure(comm), str(refused.value)
+
+    assert run_simulated(2, restore, timeout=30) == [None, None]
+    results = run_simulated(2, run, timeout=30)
+    noted, refused = results[1]
+    assert noted == "RuntimeError: rank 1 failed on purpose"
+    assert refused.startswith("DomainParallel.run(): an earlier call on this rank ended with")
+    assert "rank 1 failed on purpose" in refused
 
 
 class _CountingCommunicator(Communicator):

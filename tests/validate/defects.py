@@ -142,3 +142,32 @@ class NoMinimumImage(SimpleMPNN):
 def not_rebound() -> SimpleMPNN:
     """Does not rebind its in-place index_add_ (exact eagerly, wrong under compile=True)."""
     return mpnn(NotReboundInteraction)
+
+
+class SkinWeightedLayer(_Layer):
+    """Weighs its messages without the envelope, so pairs beyond the cutoff count (although
+    SimpleMPNN declares accepts_skin_pairs), and checks its features with a sum over the
+    atoms that changes no result."""
+
+    def forward(self, h, radial, envelope, receivers, senders):
+        if bool(torch.isnan(h.sum())):
+            raise FloatingPointError("NaN features")
+        return super().forward(h, radial, torch.ones_like(envelope), receivers, senders)
+
+
+def without_skin_pairs(model: SimpleMPNN) -> SimpleMPNN:
+    """`model` declaring the default NeighborConfig(accepts_skin_pairs=False)."""
+    neighbors = model.model_config.neighbor_config
+    model.model_config = type(model.model_config)(
+        autograd_outputs=model.model_config.autograd_outputs,
+        autograd_inputs=model.model_config.autograd_inputs,
+        neighbor_config=type(neighbors)(neighbors.cutoff),
+    )
+    return model
+
+
+class EnergiesOnly(SimpleMPNN):
+    """Returns per-atom energies only (the per-system "energy" is optional)."""
+
+    def forward(self, batch: Batch) -> dict[str, torch.Tensor]:
+        return {"energies": super().forward(batch)["energies"]}

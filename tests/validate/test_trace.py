@@ -136,6 +136,25 @@ def test_an_undeclared_sum_over_atoms_is_named_with_the_all_reduce_fix() -> None
     assert not any(r.handling is Handling.ATOM_REDUCTION for r in fixed.ops)
 
 
+def test_a_model_weighing_skin_pairs_is_told_its_claim_is_wrong() -> None:
+    """Pairs beyond the cutoff weigh non-zero under accepts_skin_pairs=True: the report names
+    the claim (checked with the pairs filtered), not the model's harmless sum over atoms."""
+    report = trace_and_validate(defects.mpnn(defects.SkinWeightedLayer))
+    assert not report.ok
+    assert "declares NeighborConfig(accepts_skin_pairs=True)" in report.problem
+    assert report.next_action.startswith("set NeighborConfig(accepts_skin_pairs=False)")
+    assert "sum" not in report.next_action
+    # control: the same weights with the default declaration validate
+    fixed = trace_and_validate(defects.without_skin_pairs(defects.mpnn(defects.SkinWeightedLayer)))
+    assert fixed.ok, fixed
+
+
+def test_a_model_without_an_energy_output_is_validated() -> None:
+    report = trace_and_validate(defects.mpnn(cls=defects.EnergiesOnly))
+    assert report.ok, report
+    assert report.errors["energy"] <= report.tolerances["energy"]
+
+
 def test_a_model_without_spec_is_not_ok() -> None:
     model = defects.mpnn()
     model.distribution_spec = lambda strategy=None: None

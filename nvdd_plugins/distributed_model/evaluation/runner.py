@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nvdd_plugins.comm import Communicator, HaloSlot
+from nvdd_plugins.comm import Communicator, HaloSlot, all_to_all_rows
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
@@ -35,7 +35,7 @@ from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MLIPSpec, refreshing_marks
+from nvdd_plugins.spec import MeshRanks, MLIPSpec, forward_on_ranks, refreshing_marks
 
 __all__ = ["SpecRunner"]
 
@@ -64,6 +64,11 @@ class SpecRunner:
         self._claims_verified = False
         self._compiled: Any = None
         self._slot = HaloSlot()
+        # for a model that keeps a global array distributed itself (PME's mesh in slabs)
+        self._ranks = None
+        if comm.size > 1:
+            exchange = partial(all_to_all_rows, comm=comm)
+            self._ranks = MeshRanks(comm.rank, comm.size, exchange, comm.all_gather)
         neighbors = model.model_config.neighbor_config
         # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
         self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
@@ -90,7 +95,7 @@ class SpecRunner:
             in_place=not plan.compiled,
             exchanges=view.plan.exchanges,
         )
-        with self._model_scope(batch):
+        with self._model_scope(batch), forward_on_ranks(self._ranks):
             if plan.compiled and not self.checking:
                 return self._run_compiled(batch, ctx)
             if plan.shortcuts and not self._claims_verified:

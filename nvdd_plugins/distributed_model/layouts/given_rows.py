@@ -107,11 +107,11 @@ class GivenRowsModel:
         if isinstance(self.engine.shell, ThickShell):  # rows only: nothing is exchanged
             nothing = torch.empty(0, dtype=torch.long, device=ids.device)
             return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
-        layout = torch.cat([torch.tensor([n_owned]), ids.long().cpu()])
+        # compared where the ids are (no host pass over them at each step)
+        layout = torch.cat([ids.new_tensor([n_owned]), ids]).long()
         changed = self.verlet.needs_rebuild(None, ids=layout)
         if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
-            plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
-            self._plan = plan.to(ids.device)
+            self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self.verlet.record(None, ids=layout)
             # as after a DomainParallel rebuild, the next forward is checked and its plan
             # decided afresh (a rank may now own no atoms); the rows are an open frame
@@ -144,13 +144,10 @@ class GivenRowsModel:
         leaf = positions.detach().requires_grad_(True)
         with torch.enable_grad():
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
-        pbc = _NO_PBC.to(positions.device).unsqueeze(0)
+        pbc = torch.zeros(1, 3, dtype=torch.bool, device=positions.device)  # no host copy
         wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
         results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted)
         out = results.for_local_rows(view)
         if results.pair_gradients is not None:
             out["pair_gradients"] = results.pair_gradients
         return out
-
-
-_NO_PBC = torch.zeros(3, dtype=torch.bool)

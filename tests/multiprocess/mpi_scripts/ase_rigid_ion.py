@@ -1,5 +1,6 @@
-"""Run under `mpirun -n P python -m mpi4py`: the ASE calculator with Ewald and PME (rigid-ion
-NaCl) against the same model in one process; per-atom stresses refused on every rank."""
+"""Run under `mpirun -n P python -m mpi4py`: the ASE calculator with Ewald and PME, its mesh
+whole or in slabs (rigid-ion NaCl), against the same model in one process; per-atom stresses
+refused on every rank."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ world = MPI.COMM_WORLD
 
 
 def main() -> None:
-    for method in ("ewald", "pme"):
+    for method in ("ewald", "pme", "pme slabs"):  # slabs: Communicator.all_to_all of mpi4py
         atoms = triclinic_nacl()
         model = nacl_model(method, atoms)
         ref = reference(model, atoms, properties_for(atoms))

