@@ -17,13 +17,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from torch.overrides import handle_torch_function, has_torch_function_unary
+from torch.overrides import TorchFunctionMode, handle_torch_function, has_torch_function_unary
 
 __all__ = [
     "OwnedRows",
+    "dispatched",
+    "handling_marks",
     "owned_rows",
     "refreshing_marks",
     "scattered_onto_nodes",
@@ -78,12 +80,42 @@ def _marking(marks: _Marks | None) -> Iterator[None]:
         _state.marks = previous
 
 
+def dispatched(mark: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> Any:
+    """`mark(tensor)` as the torch-function mode in force handles it (a distributed forward's
+    interception), or None when no mode is in force: torch's own dispatch in eager code;
+    while torch.compile traces, which hides a mode entered inside the traced code from
+    `has_torch_function` (the mark would pass as the identity), a call of the mode
+    `handling_marks` names."""
+    if has_torch_function_unary(tensor):
+        return handle_torch_function(mark, (tensor,), tensor)
+    mode = getattr(_state, "mode", None)
+    if mode is None or not torch.compiler.is_compiling():
+        return None
+    # inside its handler the mode is off, as torch's dispatch turns a mode off in its own
+    # __torch_function__: the handler's own torch calls and its call of `mark` pass through
+    with handling_marks(None), torch.overrides._pop_mode_temporarily():
+        return mode.__torch_function__(mark, (type(tensor),), (tensor,), {})
+
+
+@contextmanager
+def handling_marks(mode: TorchFunctionMode | None) -> Iterator[None]:
+    """Within (on this thread): `mode`, entered in the same block, handles the marks of
+    code torch.compile traces (`dispatched`)."""
+    previous = getattr(_state, "mode", None)
+    _state.mode = mode
+    try:
+        yield
+    finally:
+        _state.mode = previous
+
+
 def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
     """Identity in a single-process forward. In a distributed one, `tensor` (one row per
     local atom) is a sum over edges onto its rows, complete on owned rows: its ghost rows
     take their owners' rows, as `ScatterOutputs` does for an adapted op's output."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
+    handled = dispatched(scattered_onto_nodes, tensor)  # by the interception mode
+    if handled is not None:
+        return handled
     marks = _marks()
     return tensor if marks is None else marks.refresh(tensor)
 

@@ -35,7 +35,13 @@ from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MeshRanks, MLIPSpec, forward_on_ranks, refreshing_marks
+from nvdd_plugins.spec import (
+    MeshRanks,
+    MLIPSpec,
+    forward_on_ranks,
+    handling_marks,
+    refreshing_marks,
+)
 
 __all__ = ["SpecRunner"]
 
@@ -251,7 +257,7 @@ class SpecRunner:
         mode = HaloInterceptionMode(
             ctx, self.spec.distribution.custom_ops, check_indices, strict=self.config.strict
         )
-        with mode:
+        with mode, handling_marks(mode):
             out = self.model(batch)
         if check_indices and any(mode.is_stale(value) for value in out.values()):
             raise DistributionRuleError(f"the model returns a stale tensor: {REBIND_RULE}")
