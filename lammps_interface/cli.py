@@ -9,7 +9,13 @@ import torch
 from ase.data import atomic_numbers
 
 from lammps_interface.model import MLIAPModel
-from nvdd_plugins.models import BaseModelMixin, LennardJonesModel, MACEWrapper, SimpleMPNN
+from nvdd_plugins.models import (
+    BaseModelMixin,
+    LennardJonesModel,
+    MACEWrapper,
+    SevenNetWrapper,
+    SimpleMPNN,
+)
 
 __all__ = ["build_model", "main"]
 
@@ -44,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         "--mpnn-seed", type=int, metavar="N", help="random-weight SimpleMPNN with this seed"
     )
     kind.add_argument("--mace", metavar="PATH", help="a mace-torch model saved with torch.save")
+    kind.add_argument(
+        "--sevennet",
+        metavar="NAME",
+        help="a pretrained SevenNet shipped in sevenn's wheel, by sevenn's name (7net-0, "
+        "7net-0_22May2024, 7net-l3i5, 7net-mf-0 with --modality); needs sevenn (.venv-e3nn)",
+    )
+    parser.add_argument("--modality", help="SevenNet: the fidelity of a multi-fidelity model")
     parser.add_argument(
         "--shift", action="store_true", help="LJ: shift energies to 0 at the cutoff"
     )
@@ -82,6 +95,9 @@ def build_model(args: argparse.Namespace) -> tuple[BaseModelMixin, int]:
             cutoff=args.cutoff, hidden=args.hidden, n_layers=args.layers, seed=args.mpnn_seed
         )
         return model, args.layers
+    if args.sevennet is not None:
+        sevennet = SevenNetWrapper.from_pretrained(args.sevennet, args.modality, DTYPES[args.dtype])
+        return sevennet, int(sevennet.distribution_spec().n_layers)
     convert_on = "cuda" if args.cuequivariance and torch.cuda.is_available() else "cpu"
     wrapper = MACEWrapper.from_file(
         args.mace, convert_on, DTYPES[args.dtype], cuequivariance=args.cuequivariance
@@ -123,11 +139,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         model, n_layers = build_model(args)
-        if isinstance(model, MACEWrapper):
+        if isinstance(model, MACEWrapper | SevenNetWrapper):
             model.check_species(torch.tensor([atomic_numbers.get(e, 0) for e in args.elements]))
         bridge = MLIAPModel(model, args.elements, DTYPES[args.dtype], n_layers, device=args.device)
         bridge.pickle(args.output)
-    except (OSError, TypeError, ValueError) as err:
+    except (ImportError, OSError, TypeError, ValueError) as err:
         parser.error(str(err))
     print(
         f"wrote {args.output}: {type(model).__name__}, cutoff {model.cutoff:g} Å, "

@@ -109,6 +109,14 @@ class MLIAPModel(MLIAPUnified):
                 "coul/long` with `kspace_style ewald` or `pppm`); learned charges (AIMNet2) "
                 "have no such split"
             )
+        neighbors = model.model_config.neighbor_config
+        if neighbors is not None and neighbors.ghost_pair_cutoff is not None:
+            raise ValueError(  # real45 (issue 45): CHGNet's bond graph
+                f"{type(model).__name__} reads pairs between two ghost atoms (a bond graph: "
+                "NeighborConfig.ghost_pair_cutoff), which ML-IAP does not list, so it cannot "
+                "run through `pair_style mliap unified` yet: run it with DomainParallel or the "
+                "ASE calculator"
+            )
         # ML-IAP lists pairs closer than 2 x rcutfac.
         super().__init__(None, list(element_types), 1, 1, model.cutoff / 2)
         self.dtype = dtype or model_dtype(model) or torch.float64

@@ -130,6 +130,21 @@ def test_sevennet_example() -> None:
     assert "2 interaction layers" in output and error < 1e-8
 
 
+@pytest.mark.sevenn
+@pytest.mark.skipif(importlib.util.find_spec("sevenn") is None, reason="needs sevenn")
+def test_sevennet0_nvt_example() -> None:
+    """`make demo`'s script, shortened: one header line, the thermo table, the final state
+    of 2 ranks equal to one process, and no warning of the dependencies."""
+    script = EXAMPLES / "models" / "sevennet0_nvt.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    output = _ok([*torchrun, str(script), "--cells", "2", "--steps", "5"], 300)
+    assert "SevenNet-0 (sevenn 7net-0, float64) on rocksalt MgO, 64 atoms, 2 ranks" in output
+    assert "Epot[eV]" in output and "Warning" not in output
+    assert any(line.split()[:2] == ["0", "0.00"] for line in output.splitlines())  # step 0
+    force_error = float(output.split("max |dF| = ")[1].split()[0])
+    assert force_error < 1e-8
+
+
 @pytest.mark.nequip
 @pytest.mark.skipif(importlib.util.find_spec("allegro") is None, reason="needs nequip-allegro")
 def test_nequip_example() -> None:
@@ -186,3 +201,24 @@ def test_rigid_ion_example() -> None:
 def test_cuda_graphs_example_resolves_auto_off_on_the_cpu() -> None:
     output = _ok([sys.executable, str(EXAMPLES / "single_gpu" / "cuda_graphs_md.py")], 120)
     assert "cuda_graphs resolved: False" in output
+
+
+@pytest.mark.chgnet
+@pytest.mark.skipif(importlib.util.find_spec("chgnet") is None, reason="needs chgnet")
+def test_chgnet_example() -> None:
+    script = EXAMPLES / "models" / "chgnet_dd.py"
+    output = _ok([sys.executable, str(script), "--ranks", "2", "--length", "6"], 300)
+    force_error = float(output.split("max |force difference|:")[1].split()[0])
+    magmom_error = float(output.split("max |magnetic moment difference|:")[1].split()[0])
+    assert "ghost shell 12 Å" in output and force_error < 1e-8 and magmom_error < 1e-10
+
+
+def test_green_kubo_example_short_form(tmp_path) -> None:
+    """The heat-flux example in its CI form (one process; the docstring's torchrun and
+    mpirun lines run the same DomainParallel code on two ranks): it reports kappa with an
+    error and the literature, and writes the plot (matplotlib is in .venv) and the series."""
+    output_prefix = tmp_path / "gk"
+    script = EXAMPLES / "heat_flux" / "green_kubo_argon.py"
+    output = _ok([sys.executable, str(script), "--short", "--output", str(output_prefix)], 120)
+    assert "kappa(0.3 ps) =" in output and "Viscardy et al. 2007" in output
+    assert (tmp_path / "gk.png").exists() and (tmp_path / "gk.npz").exists()

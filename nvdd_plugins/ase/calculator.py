@@ -32,7 +32,7 @@ from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import NonFiniteError, ReplicatedModel
 from nvdd_plugins.errors import is_raised_on_every_rank, raised_on_every_rank
-from nvdd_plugins.models import BaseModelMixin, model_dtype
+from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, heat_flux_parts, model_dtype
 
 __all__ = ["DomainDecomposedCalculator"]
 
@@ -41,6 +41,8 @@ __all__ = ["DomainDecomposedCalculator"]
 _RESET_ON = {"numbers", "pbc"}
 # Changes written into the device batch in place; any other change builds a new one.
 _IN_PLACE = {"positions", "cell"}
+# The heat flux (3,) of the atoms' current velocities, eV Å/fs, and its two parts.
+_HEAT_FLUX = ("heat_flux", "heat_flux_convective", "heat_flux_potential")
 
 # At import, not in the constructor: a rank that raises before it builds a calculator (also
 # without `python -m mpi4py`) must abort every rank, not leave them waiting in the first
@@ -99,6 +101,8 @@ class DomainDecomposedCalculator(Calculator):
         "stress",
         "energies",
         "stresses",
+        "magmoms",  # models with per-atom magnetic moments (CHGNet)
+        *_HEAT_FLUX,
     ]
 
     def __init__(
@@ -242,6 +246,10 @@ class DomainDecomposedCalculator(Calculator):
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
         if has_volume and "stresses" in result:
             self.results["stresses"] = full_3x3_to_voigt_6_stress(result["stresses"].cpu().numpy())
+        if "magmoms" in result:
+            self.results["magmoms"] = result["magmoms"].cpu().numpy()
+        if HEAT_FLUX_TENSORS in result:
+            self.results.update(_heat_flux(atoms, result))
 
     def _device_batch(self, atoms: Atoms, system_changes: list[str]) -> Batch:
         """The atoms on the device: the last batch with the new positions and cell written
@@ -258,7 +266,8 @@ class DomainDecomposedCalculator(Calculator):
         """A replay of the captured call when graphs are on and the view holds, else an
         eager (collective) evaluation, which rebuilds when needed."""
         model = self.replicated_model
-        replayed = self._graphed(batch, wanted) if self._graphed is not None else None
+        graphed = self._graphed is not None and HEAT_FLUX_TENSORS not in wanted
+        replayed = self._graphed(batch, wanted) if graphed else None
         return replayed if replayed is not None else model(batch, wanted)
 
 
@@ -274,7 +283,22 @@ def _wanted(properties: list[str] | tuple[str, ...], has_volume: bool, ranks: in
         wanted.add("stress")
     if has_volume and "stresses" in properties:
         wanted.add("stresses")
+    if "magmoms" in properties:  # a model output, asked for by name (collective then)
+        wanted.add("magmoms")
+    if not set(_HEAT_FLUX).isdisjoint(properties):  # collective then, as get_stresses()
+        wanted.add(HEAT_FLUX_TENSORS)
     return wanted
+
+
+def _heat_flux(atoms: Atoms, result: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The heat flux of `atoms` at their current velocities, eV Å/fs, and its parts."""
+    tensors = result[HEAT_FLUX_TENSORS].cpu()
+    like = {"dtype": tensors.dtype}
+    masses = torch.tensor(atoms.get_masses(), **like)
+    velocities = torch.tensor(atoms.get_velocities(), **like)
+    parts = heat_flux_parts(result["energies"].cpu(), masses, velocities, tensors)
+    convective, potential = (part.numpy() for part in parts)
+    return dict(zip(_HEAT_FLUX, (convective + potential, convective, potential), strict=True))
 
 
 def _evaluation_dtype(model: BaseModelMixin, dtype: torch.dtype | None) -> torch.dtype:

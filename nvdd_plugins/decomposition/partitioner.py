@@ -52,6 +52,9 @@ class SpatialPartitioner:
             than twice this is a *wrapped* axis: its periodic neighbours are reached through
             lattice shifts of the local neighbour list instead of self-image ghosts.
         cuts: the sub-domain boundaries; default: the regular grid.
+        wrap: whether such axes wrap; False images every periodic axis (every periodic
+            image an atom's neighbours reach is then a row of its own, as the heat flux
+            needs).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class SpatialPartitioner:
         grid: tuple[int, int, int] | None = None,
         halo_width: float = 0.0,
         cuts: StaggeredCuts | None = None,
+        wrap: bool = True,
     ) -> None:
         self.frame = frame
         self.grid = tuple(
@@ -82,7 +86,7 @@ class SpatialPartitioner:
         self.world_size = world_size
         self.halo_width = float(halo_width)
         unsplit = torch.tensor(self.grid, device=device) == 1
-        wide = frame.widths > 2.0 * self.halo_width
+        wide = (frame.widths > 2.0 * self.halo_width) & wrap
         self.wrapped_axes = frame.pbc & unsplit.to(frame.pbc.device) & wide.to(frame.pbc.device)
 
     def domain_index(self, rank: int) -> tuple[int, int, int]:

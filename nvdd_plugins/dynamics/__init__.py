@@ -13,6 +13,7 @@ from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
 from nvdd_plugins.dynamics.graph_capture import CapturedGraphs
 from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import FixedShapeEvaluator
+from nvdd_plugins.dynamics.heat_flux import HeatFluxLogger
 from nvdd_plugins.dynamics.hooks import NeighborListHook, ThermoLogger, TrajectoryWriter
 from nvdd_plugins.dynamics.integrators import NVE, NVTLangevin
 from nvdd_plugins.dynamics.mtk import NPH, NPT, MTKParameters
@@ -42,6 +43,7 @@ __all__ = [
     "FIRESettings",
     "FixedShapeEvaluator",
     "GraphPayoff",
+    "HeatFluxLogger",
     "Hook",
     "HookContext",
     "HookFunction",

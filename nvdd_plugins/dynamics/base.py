@@ -121,6 +121,8 @@ class BaseDynamics:
         # a captured step's count on the device (`step_number`); None in eager steps
         self.device_step: torch.Tensor | None = None
         self.results: dict[str, torch.Tensor] = {}
+        # model outputs beyond compute_properties that attached hooks read from `results`
+        self.asked: tuple[str, ...] = ()
         self._evaluated: weakref.ref[torch.Tensor] | None = None  # the forces it computed last
         self._hooks: list[AttachedHook] = []
         for hook in hooks:
@@ -176,8 +178,16 @@ class BaseDynamics:
         self, hook: HookFunction, interval: int | None = None, stage: DynamicsStage | None = None
     ) -> None:
         """Call `hook(ctx, stage)` at `stage` (default: `hook.stage`) every `interval` steps
-        (default: `hook.frequency`, else 1). Hooks of one stage fire in attachment order."""
+        (default: `hook.frequency`, else 1). Hooks of one stage fire in attachment order.
+        The model outputs a hook names in `hook.requires` are evaluated at every eager
+        force call from then on (`ask_for`)."""
         self._hooks.append(AttachedHook.of(hook, interval, stage))
+        self.ask_for(getattr(hook, "requires", ()))
+
+    def ask_for(self, properties: Iterable[str]) -> None:
+        """Evaluate `properties` (model outputs, e.g. "heat_flux_tensors") besides
+        `compute_properties` at every eager force call, for hooks reading `ctx.results`."""
+        self.asked = tuple(dict.fromkeys((*self.asked, *properties)))
 
     @property
     def hooks(self) -> tuple[AttachedHook, ...]:
@@ -211,7 +221,7 @@ class BaseDynamics:
         """
         if self._due(DynamicsStage.BEFORE_COMPUTE):
             self.fire(DynamicsStage.BEFORE_COMPUTE, self.evaluator.compute_view(batch))
-        self.results = self.evaluator(batch, self.compute_properties)
+        self.results = self.evaluator(batch, (*self.compute_properties, *self.asked))
         batch.forces = self.results["forces"]
         batch.energy = self.results["energy"]
         if "stress" in self.results:

@@ -13,10 +13,17 @@ from nvdd_plugins.models.base import (
     host_checks_allowed,
     model_dtype,
 )
+from nvdd_plugins.models.chgnet import CHGNetWrapper
 from nvdd_plugins.models.composed import SumModel, spec_union
 from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
 from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
+from nvdd_plugins.models.heat_flux import (
+    HEAT_FLUX_TENSORS,
+    heat_flux_parts,
+    receptive_layers,
+    unfolded_heat_flux_tensors,
+)
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.loading import LOADERS, install_load_hint
 from nvdd_plugins.models.mace import MACEWrapper
@@ -28,7 +35,12 @@ from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.requested import asked_for, asking_for
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
-from nvdd_plugins.models.sevennet import SevenNetArchitecture, SevenNetWrapper, random_sevennet
+from nvdd_plugins.models.sevennet import (
+    SevenNetArchitecture,
+    SevenNetWrapper,
+    pretrained_sevennet_path,
+    random_sevennet,
+)
 from nvdd_plugins.models.uma import UMAWrapper
 from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
@@ -43,6 +55,7 @@ install_load_hint()
 
 __all__ = [
     "COULOMB_CONSTANT",
+    "HEAT_FLUX_TENSORS",
     "LOADERS",
     "PME",
     "SPEC_LJ_HALO",
@@ -50,6 +63,7 @@ __all__ = [
     "AllegroWrapper",
     "BaseModelMixin",
     "BornMayerHuggins",
+    "CHGNetWrapper",
     "DFTD3Model",
     "Ewald",
     "LennardJonesModel",
@@ -73,19 +87,23 @@ __all__ = [
     "atom_strain_shares",
     "edge_vectors",
     "evaluate_model",
+    "heat_flux_parts",
     "host_checks_allowed",
     "model_dtype",
     "new_pair_leaf",
     "pair_gradients_of",
     "per_atom_stresses",
+    "pretrained_sevennet_path",
     "random_aimnet2",
     "random_allegro",
     "random_mace",
     "random_nequip",
     "random_sevennet",
     "random_uma",
+    "receptive_layers",
     "rigid_ion_spec",
     "save_uma_checkpoint",
     "spec_union",
     "uma_config",
+    "unfolded_heat_flux_tensors",
 ]

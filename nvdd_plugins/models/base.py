@@ -53,16 +53,30 @@ class NeighborConfig:
             the same, because each pair costs the model far more than the distance check
             (message passing: a skin of 0.5 Å at a 5 Å cutoff is a third more pairs).
             Compiled runs pass them (fixed shapes).
+        ghost_pair_cutoff: the model also reads the pairs closer than this (Å) whose two
+            atoms are ghost rows (features on pairs updated from the pairs around them,
+            such as CHGNet's 3 Å bond graph), so views list them besides the pairs touching
+            an owned atom. The halo strategy only: graph partition and LAMMPS refuse it.
+        ghost_layers: cutoffs of ghosts the model needs when ghost atom rows are refreshed
+            after every aggregation onto atoms (1 for message passing on atoms; more for a
+            model whose pair features see further than one cutoff between two refreshes).
     """
 
     cutoff: float
     format: NeighborListFormat = NeighborListFormat.COO
     accepts_skin_pairs: bool = False
     prune_skin_pairs: bool = False
+    ghost_pair_cutoff: float | None = None
+    ghost_layers: int = 1
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.cutoff) and self.cutoff > 0):
             raise ValueError(f"cutoff must be a finite number > 0 Å, got {self.cutoff!r}")
+        ghost_pairs = self.ghost_pair_cutoff
+        if ghost_pairs is not None and not (math.isfinite(ghost_pairs) and ghost_pairs > 0):
+            raise ValueError(f"ghost_pair_cutoff must be > 0 Å or None, got {ghost_pairs!r}")
+        if not (isinstance(self.ghost_layers, int) and self.ghost_layers >= 1):
+            raise ValueError(f"ghost_layers must be a positive integer, got {self.ghost_layers!r}")
 
     def passes_skin_pairs(self, compiled: bool = False) -> bool:
         """Whether a Verlet list (pairs up to cutoff + skin) is handed to the model without

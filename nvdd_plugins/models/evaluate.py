@@ -18,6 +18,11 @@ from nvdd_plugins.geometry import (
     rows_times_3x3,
 )
 from nvdd_plugins.models.base import BaseModelMixin
+from nvdd_plugins.models.heat_flux import (
+    HEAT_FLUX_TENSORS,
+    receptive_layers,
+    unfolded_heat_flux_tensors,
+)
 from nvdd_plugins.models.requested import asking_for
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
@@ -39,8 +44,9 @@ def evaluate_model(
     Builds the neighbour list at the model's cutoff when the batch has none, derives
     "forces"/"stress" by autograd when the model declares them as autograd outputs (and
     per-atom "stresses" from the edge vectors when asked for, see
-    `nvdd_plugins.models.virials`), and returns detached tensors: the model's outputs plus
-    the derived ones.
+    `nvdd_plugins.models.virials`) and per-atom "heat_flux_tensors" on the unfolded system
+    when asked for (`nvdd_plugins.models.heat_flux`), and returns detached tensors: the
+    model's outputs plus the derived ones.
     """
     properties = set(properties)
     config = model.model_config
@@ -88,6 +94,9 @@ def evaluate_model(
         )
         derived["stresses"] = per_atom_stresses(shares, batch.cell, batch.batch_idx)
     out.update(derived)
+    if HEAT_FLUX_TENSORS in properties:
+        layers = receptive_layers(model)
+        out[HEAT_FLUX_TENSORS] = unfolded_heat_flux_tensors(model, batch, layers)
     return {k: v.detach() for k, v in out.items()}
 
 

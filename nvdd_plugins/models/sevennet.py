@@ -8,13 +8,20 @@ and derives forces and stress by autograd, so sevenn's total-energy sum and its 
 head are skipped. Every sevenn aggregation onto atoms is the `message_gather` of its
 convolutions, onto `edge_index[0]`; the spec marks it, so eager forwards need no per-op
 interception.
+
+`SevenNetWrapper.from_pretrained(name)` loads a checkpoint that sevenn's wheel ships, by the
+names sevenn's own calculator takes ("7net-0", "7net-l3i5", "7net-mf-0", ...); a name whose
+checkpoint sevenn would download is refused (nvdd downloads nothing). Pretrained models are
+float32, as sevenn computes; `dtype=torch.float64` converts them (exact comparisons).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import torch
 from torch import nn
@@ -37,22 +44,30 @@ from nvdd_plugins.spec import (
     scattered_onto_nodes,
 )
 
-__all__ = ["SevenNetWrapper", "marked_message_gather", "random_sevennet", "sevennet_spec"]
+__all__ = [
+    "SevenNetWrapper",
+    "marked_message_gather",
+    "pretrained_sevennet_path",
+    "random_sevennet",
+    "sevennet_spec",
+]
 
 
 class SevenNetWrapper(nn.Module, BaseModelMixin):
-    """Wrap a sevenn `AtomGraphSequential` (e3nn convolutions, one modality).
+    """Wrap a sevenn `AtomGraphSequential` (e3nn convolutions).
 
     Args:
         model: a sevenn model (float32 or float64), e.g. from
             `sevenn.model_build.build_E3_equivariant_model` or a checkpoint's `build_model()`.
+        modality: for a multi-fidelity model (sevenn's `modal_map`, e.g. SevenNet-MF-0's
+            "PBE" and "R2SCAN"), the fidelity to evaluate; None for a single-fidelity model.
 
     Like sevenn's own calculator, the wrapper is for inference: it freezes the model's
     parameters (requires_grad False). sevenn's polynomial cutoff does not vanish beyond the
     cutoff, so pairs in the Verlet skin are dropped before every evaluation.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, modality: str | None = None) -> None:
         super().__init__()
         from sevenn.nn.edge_embedding import EdgePreprocess  # optional dependency
         from sevenn.nn.force_output import (
@@ -65,8 +80,17 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
 
         if model.type_map is None:
             raise ValueError("the sevenn model has no type_map (atomic number -> species)")
-        if model.modal_map:
-            raise ValueError("multi-modal sevenn models are not supported")
+        modal_map = dict(model.modal_map or {})
+        if modal_map and modality not in modal_map:
+            raise ValueError(
+                f"this multi-fidelity SevenNet model needs modality= one of {sorted(modal_map)}"
+                f", got {modality!r}"
+            )
+        if not modal_map and modality is not None:
+            raise ValueError(f"modality={modality!r} given, but the model has one fidelity only")
+        self.modality = modality
+        self.modal_index = modal_map.get(modality, 0)
+        self.n_modalities = len(modal_map)
         self.model = model.requires_grad_(False)
         skipped = (
             EdgePreprocess,
@@ -83,6 +107,30 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
         self.register_buffer("species_index", lookup, persistent=False)
         self.n_species = len(model.type_map)
         self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(model.cutoff)))
+
+    @classmethod
+    def from_pretrained(
+        cls, name: str = "7net-0", modality: str | None = None, dtype: torch.dtype = torch.float32
+    ) -> SevenNetWrapper:
+        """A pretrained SevenNet shipped in sevenn's wheel, by the name sevenn's calculator
+        takes ("7net-0" = "7net-0_11Jul2024", "7net-0_22May2024", "7net-l3i5", "7net-mf-0"
+        with modality "PBE" or "R2SCAN"); `dtype`: float32 as trained, or float64."""
+        return cls.from_checkpoint(pretrained_sevennet_path(name), modality, dtype)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        modality: str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> SevenNetWrapper:
+        """A sevenn checkpoint file (`sevenn.util.load_checkpoint`) on the CPU in `dtype`."""
+        from sevenn.util import load_checkpoint  # optional dependency
+
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no SevenNet checkpoint at {os.fspath(path)!r}")
+        model = load_checkpoint(os.fspath(path)).build_model()
+        return cls(model.to(dtype).eval(), modality)
 
     def check_species(self, numbers: torch.Tensor) -> None:
         """Raise a ValueError naming the elements of `numbers` the model has no parameters for."""
@@ -110,6 +158,12 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
             keys.EDGE_VEC: inputs.positions[receiver] - inputs.positions[sender] + inputs.shifts,
             keys.BATCH: inputs.batch_idx,
         }
+        if self.n_modalities:
+            modal = species.new_full((inputs.num_graphs,), self.modal_index)
+            data[keys.MODAL_TYPE] = modal
+            data[keys.MODAL_ATTR] = nn.functional.one_hot(modal, self.n_modalities).to(
+                one_hot.dtype
+            )
         for name in self.layer_names:
             data = self.model.get_submodule(name)(data)
         energies = data[keys.ATOMIC_ENERGY].reshape(-1)
@@ -123,6 +177,37 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
 
         n_layers = sum(isinstance(m, IrrepsConvolution) for m in self.model.modules())
         return for_strategy(sevennet_spec(n_layers=n_layers), strategy)
+
+
+def pretrained_sevennet_path(name: str) -> str:
+    """The checkpoint file of sevenn's pretrained model `name`, resolved by sevenn's own
+    name table; a ValueError for a model not shipped in sevenn's wheel (sevenn would
+    download it: nvdd never does) or an unknown name."""
+    try:
+        import sevenn.util  # optional dependency
+    except ImportError as missing:
+        raise ImportError(
+            f"pretrained SevenNet needs sevenn ({missing}): `make install-e3nn`, then run "
+            "with .venv-e3nn/bin/python"
+        ) from None
+
+    def refuse(path: str, url: str) -> str:
+        raise ValueError(
+            f"SevenNet {name!r} is not shipped in sevenn's wheel: sevenn would download it "
+            f"from {url}, and nvdd downloads nothing at run time. Download it once yourself "
+            f"and load the file: SevenNetWrapper.from_checkpoint(path)"
+        )
+
+    with mock.patch.object(sevenn.util, "download_checkpoint", refuse):
+        try:
+            return sevenn.util.pretrained_name_to_path(name)
+        except FileNotFoundError as missing:  # a shipped name whose file is gone
+            raise ValueError(f"sevenn's checkpoint for {name!r} is missing: {missing}") from None
+        except ValueError as err:
+            if "not shipped" in str(err):
+                raise
+            known = ", ".join(sevenn.util.get_available_pretrained_models())
+            raise ValueError(f"unknown SevenNet model {name!r}; sevenn knows {known}") from None
 
 
 def marked_message_gather(

@@ -90,11 +90,13 @@ class DomainParallel:
         """Call `hook(ctx, stage)` at `stage` (default: `hook.stage`) every `interval` steps
         (default: `hook.frequency`, else 1) with `ctx.batch` as `scope` says. The default
         scope is `hook.scope`, else RANK_ZERO for `ThermoLogger` and `TrajectoryWriter`
-        (they report on the whole system), else LOCAL."""
+        (they report on the whole system), else LOCAL. The model outputs named in
+        `hook.requires` are evaluated at every eager step (`BaseDynamics.ask_for`)."""
         if scope is None:
             reports = isinstance(hook, ThermoLogger | TrajectoryWriter)
             scope = getattr(hook, "scope", HookScope.RANK_ZERO if reports else HookScope.LOCAL)
         self._hooks.append((AttachedHook.of(hook, interval, stage), HookScope(scope)))
+        self.dynamics.ask_for(getattr(hook, "requires", ()))
 
     # -- context manager --------------------------------------------------------------------
     def __enter__(self) -> DomainParallel:

@@ -153,3 +153,14 @@ def test_numbers_no_model_can_have(
     argv = [*args, "--elements", "Ar", "-o", str(tmp_path / "x.pkl")]
     assert expected in _refused(argv, capsys)
     assert not (tmp_path / "x.pkl").exists()
+
+
+def test_sevennet_bad_name_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without sevenn (the main environment) the message names the overlay; with it, an
+    unknown name is refused by sevenn's own name table."""
+    argv = ["--sevennet", "7net-nonsense", "--elements", "Mg", "O", "-o", str(tmp_path / "m.pkl")]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "install-e3nn" in error or "unknown SevenNet model '7net-nonsense'" in error

@@ -91,3 +91,32 @@ def test_uma_under_mpirun() -> None:
     """2 ranks (1, 2 and 4 real ranks: tests/multiprocess/test_gloo_uma.py)."""
     output = run_mpi(2, UMA, timeout=300)
     assert output.count("UMA ASE OK") == 2, output
+
+
+SEVENNET = Path(__file__).parent / "mpi_scripts" / "ase_sevennet_pretrained.py"
+
+
+@pytest.mark.sevenn
+@pytest.mark.skipif(importlib.util.find_spec("sevenn") is None, reason="needs sevenn")
+@pytest.mark.slow  # each rank builds SevenNet-0 (10 s); CI: test_gloo_sevennet_pretrained.py
+@pytest.mark.parametrize("n_ranks", [1, 2, 4])
+def test_pretrained_sevennet_under_mpirun(n_ranks: int) -> None:
+    """SevenNet-0 from sevenn's wheel (2 min at 2 ranks on 2 cores; the same layout at 4 real
+    ranks in CI: tests/multiprocess/test_gloo_sevennet_pretrained.py)."""
+    output = run_mpi(n_ranks, SEVENNET, timeout=300)
+    assert output.count("SEVENNET-0 ASE OK") == n_ranks, output
+
+
+CHGNET = Path(__file__).parent / "mpi_scripts" / "ase_chgnet.py"
+
+
+@pytest.mark.chgnet
+@pytest.mark.skipif(importlib.util.find_spec("chgnet") is None, reason="needs chgnet")
+@pytest.mark.parametrize(
+    "n_ranks", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(4, marks=pytest.mark.slow)]
+)
+def test_chgnet_under_mpirun(n_ranks: int) -> None:
+    """CHGNet 0.3.0 from chgnet's wheel, magnetic moments included (1 and 4 simulated ranks
+    in CI: tests/distributed_model/test_chgnet_simulated.py)."""
+    output = run_mpi(n_ranks, CHGNET, timeout=300)
+    assert output.count("CHGNET ASE OK") == n_ranks, output

@@ -7,6 +7,7 @@ within the timeout), "oracle" (the single-process reference itself failed) or "s
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -394,10 +395,12 @@ def run_case(case: Case, timeout: float = TIMEOUT_S) -> Outcome:
     start = time.perf_counter()
     if case.model.kind == "mace" and not mace_available():
         outcome = Outcome(case, "skip", detail="mace-torch is not importable")
-    elif case.model.kind == "sevennet" and not sevenn_available():
+    elif case.model.kind in ("sevennet", "sevennet0") and not sevenn_available():
         outcome = Outcome(case, "skip", detail="sevenn is not importable")
     elif case.model.kind in ("nequip", "allegro") and not nequip_available():
         outcome = Outcome(case, "skip", detail="nequip or nequip-allegro is not installed")
+    elif case.model.kind == "chgnet" and importlib.util.find_spec("chgnet") is None:
+        outcome = Outcome(case, "skip", detail="chgnet is not installed")
     elif case.model.kind == "uma" and not fairchem_available():
         outcome = Outcome(case, "skip", detail="fairchem-core is not installed")
     elif case.model.kind == "aimnet2" and not aimnet_available():

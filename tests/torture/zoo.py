@@ -247,7 +247,9 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A zoo model: `kind` in MODEL_KINDS, "sevennet", "aimnet2", "nequip" (2 convolutions)
+    """A zoo model: `kind` in MODEL_KINDS, "sevennet", "aimnet2", "nequip" (2 convolutions),
+    the pretrained "sevennet0" (SevenNet-0, 5 convolutions) or "chgnet" (CHGNet 0.3.0, 4
+    blocks; its bond graph asks for a 12 Å shell itself),
     or "allegro" (2 layers, strictly local: one cutoff of ghosts), "uma" (fairchem's eSCN-MD,
     2 blocks after its edge-degree embedding: 3 cutoffs), its cutoff (Å), and for
     "mpnn" one op and one target ("receivers"/"senders") per layer; `minimum_image` picks
@@ -273,6 +275,8 @@ class ModelSpec:
             return max(1, len(self.ops))
         if self.kind in ("aimnet2", "uma"):
             return 3
+        if self.kind in ("sevennet0", "chgnet"):
+            return 5 if self.kind == "sevennet0" else 4
         return 2 if self.kind in ("mace", "sevennet", "nequip") else 1
 
     @property
@@ -323,6 +327,14 @@ class ModelSpec:
 
             model = random_sevennet(SPECIES, cutoff=self.cutoff, seed=self.seed)
             return SevenNetWrapper(model)
+        if self.kind == "sevennet0":
+            from tests.helpers.sevennet_models import pretrained_sevennet
+
+            return pretrained_sevennet()
+        if self.kind == "chgnet":
+            from tests.helpers.chgnet_models import pretrained_chgnet
+
+            return pretrained_chgnet()
         if self.kind in ("nequip", "allegro"):
             from nvdd_plugins import models
 

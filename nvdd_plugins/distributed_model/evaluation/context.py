@@ -12,6 +12,7 @@ from nvdd_plugins.comm import (
     copy_to_ghosts_,
     sum_ghosts_into_owners,
 )
+from nvdd_plugins.distributed_model.evaluation.heat_flux import FluxTaps
 from nvdd_plugins.spec import OwnedRows
 
 __all__ = ["HaloContext"]
@@ -37,6 +38,7 @@ class HaloContext:
             no rows a peer needs); refreshing is then the identity and is skipped (a compiled
             graph then fuses across the scatters). Consistent between peers, so a rank that
             skips is never waited for.
+        taps: records every refreshed tensor, for the heat flux (None: not asked for).
     """
 
     n_rows: int
@@ -45,6 +47,7 @@ class HaloContext:
     slot: int
     in_place: bool = True
     exchanges: bool = True
+    taps: FluxTaps | None = None
 
     def is_node_indexed(self, tensor: object) -> bool:
         """Whether `tensor` has one row per local atom."""
@@ -64,14 +67,17 @@ class HaloContext:
         if not self.exchanges:
             return tensor
         if self.in_place:
-            return copy_to_ghosts_(tensor, self.slot)
-        return copy_to_ghosts(tensor, self.slot)
+            return self._tapped(copy_to_ghosts_(tensor, self.slot))
+        return self._tapped(copy_to_ghosts(tensor, self.slot))
 
     def refresh(self, tensor: torch.Tensor) -> torch.Tensor:
         """Like `refresh_`, always into a new tensor (safe for any tensor)."""
         if not self.exchanges:
             return tensor
-        return copy_to_ghosts(tensor, self.slot)
+        return self._tapped(copy_to_ghosts(tensor, self.slot))
+
+    def _tapped(self, refreshed: torch.Tensor) -> torch.Tensor:
+        return refreshed if self.taps is None else self.taps.tap(refreshed)
 
     def sum_into_owners(self, tensor: torch.Tensor) -> torch.Tensor:
         """The adjoint of `refresh`: ghost rows added into their owners' rows, then zeroed."""
@@ -80,8 +86,20 @@ class HaloContext:
         return sum_ghosts_into_owners(tensor, self.slot)
 
     def owned_rows(self) -> OwnedRows:
-        """This layout as a model sees it through `nvdd_plugins.spec.owned_rows`."""
-        return OwnedRows(self.n_owned, self.n_rows, self.refresh, self.sum_into_owners)
+        """This layout as a model sees it through `nvdd_plugins.spec.owned_rows` (with
+        `taps`, its refreshes are those of the heat flux too)."""
+        taps = self.taps
+        if taps is None:
+            return OwnedRows(self.n_owned, self.n_rows, self.refresh, self.sum_into_owners)
+
+        def refresh(tensor: torch.Tensor) -> torch.Tensor:
+            exchanged = tensor if not self.exchanges else copy_to_ghosts(tensor, self.slot)
+            return taps.exchanged(exchanged)
+
+        def refresh_adjoint(grad: torch.Tensor) -> torch.Tensor:
+            return self.sum_into_owners(taps.adjoint_of(grad))
+
+        return OwnedRows(self.n_owned, self.n_rows, refresh, refresh_adjoint)
 
     def refresh_rows(self, tensor: torch.Tensor) -> torch.Tensor:
         """`refresh` for a node-indexed tensor; any other tensor is returned as it is."""

@@ -13,12 +13,18 @@ from functools import partial
 import torch
 
 from nvdd_plugins.comm import Communicator
-from nvdd_plugins.config import DomainConfig
+from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
+from nvdd_plugins.distributed_model.evaluation.heat_flux import FluxTaps
 from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
-from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell, shell_for
+from nvdd_plugins.distributed_model.evaluation.shells import (
+    Shell,
+    ThickShell,
+    refuse_global_sums,
+    shell_for,
+)
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import padded_rows
@@ -85,14 +91,15 @@ class HaloEngine:
         positions forces are taken against when it requires grad); energy and stress are
         this rank's owned partials summed over ranks. `wanted.stresses`: also this rank's
         share of dE/dr per edge slot (`RowResults.pair_gradients`) and the per-atom
-        "stresses" it gives (ghost rows owed to their owners)."""
+        "stresses" it gives (ghost rows owed to their owners); `wanted.heat_flux`: per-atom
+        heat-flux tensors, likewise (the view must image every periodic axis)."""
         cell = cell.detach()
+        flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
         if self.chunks is not None:
             out, derived = self._evaluate_in_chunks(view, leaf, rows, cell, wanted)
         else:  # the whole view at once
-            leaves = Leaves(
-                leaf, wanted.stress, view.edge_index.shape[1] if wanted.stresses else None
-            )
+            pairs = view.edge_index.shape[1] if wanted.stresses else None
+            leaves = Leaves(leaf, wanted.stress, pairs, flux)
             refreshed = None if isinstance(self.shell, ThickShell) else view
             batch_of = partial(self.batch, view, pbc=pbc, leaves=leaves)
             out, derived = self.runner.derived(
@@ -101,6 +108,28 @@ class HaloEngine:
         owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
         return consolidate(self.spec, self.comm, out, owned_energy, derived, checking)
+
+    def _flux_taps(self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor) -> FluxTaps:
+        """The heat flux's record of the forward on `view`, or a clear error where it is
+        not computed (collective)."""
+        if isinstance(self.shell, ThickShell) or self.config.compile:
+            raise ValueError(
+                "the heat flux is computed in eager forwards with the per-layer refresh: "
+                "not with compile=True or chunk_atoms"
+            )
+        refuse_global_sums(self.model, self.spec, "the heat flux")
+        if bool(view.wrapped_axes.any()):
+            if self.config.strategy is StrategyKind.GRAPH_PARTITION:
+                raise ValueError(
+                    "the heat flux needs every periodic image of an atom as a row of its "
+                    "own; the graph partition reaches them through pair shifts: use the "
+                    "halo strategy"
+                )
+            raise RuntimeError(
+                "the heat flux needs a view imaging every periodic axis, but its pairs wrap "
+                "across a periodic face (HaloDomain.image_periodic_axes before its rebuild)"
+            )
+        return FluxTaps.of(view, rows, cell[0], self.comm)
 
     def _evaluate_in_chunks(
         self,

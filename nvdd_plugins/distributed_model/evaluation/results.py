@@ -9,6 +9,7 @@ import torch
 from nvdd_plugins.comm import Communicator, sum_ghosts_into_owners
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
+from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
 __all__ = ["RowResults", "check_energies", "consolidate"]
@@ -38,7 +39,8 @@ class RowResults:
         reduced: the rest, complete: energy and stress summed over ranks, per-system and
             global outputs by their kind, and "forces" on the rows forces were taken against.
         gradient_outputs: per-row outputs whose ghost rows hold contributions to their owners
-            (per-atom "stresses" derived from the edge vectors among them).
+            (per-atom "stresses" derived from the edge vectors and "heat_flux_tensors" among
+            them).
         pair_gradients: when per-atom stresses were derived, this rank's share of dE/dr per
             edge slot of the view (E, 3); the shares of all ranks' copies of an edge add up
             to dE/dr.
@@ -118,9 +120,10 @@ def consolidate(
     if "stress" in derived:
         add(OutputKind.PER_GRAPH, "stress", derived["stress"])
     gradient_outputs = spec.gradient_outputs
-    if "stresses" in derived:  # per-atom stresses from the edges: ghost rows are owed
-        per_row["stresses"] = derived["stresses"].detach()
-        gradient_outputs = gradient_outputs | {"stresses"}
+    for name in ("stresses", HEAT_FLUX_TENSORS):  # per-atom derivatives: ghost rows are owed
+        if name in derived:
+            per_row[name] = derived[name].detach()
+            gradient_outputs = gradient_outputs | {name}
     pair_gradients = derived.get("pair_gradients")
     pair_gradients = None if pair_gradients is None else pair_gradients.detach()
     return RowResults(per_row, reduced, gradient_outputs, pair_gradients)

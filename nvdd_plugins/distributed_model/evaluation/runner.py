@@ -24,6 +24,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, edge_stresses
 from nvdd_plugins.distributed_model.evaluation.forward_plan import ForwardPlan
+from nvdd_plugins.distributed_model.evaluation.heat_flux import FluxTaps
 from nvdd_plugins.distributed_model.evaluation.helpers import replaced_helpers
 from nvdd_plugins.distributed_model.evaluation.interception import (
     REBIND_RULE,
@@ -87,9 +88,11 @@ class SpecRunner:
         if self.pairs is not None:
             self.pairs.reset()
 
-    def run(self, view: HaloView, batch: Batch) -> dict[str, torch.Tensor]:
+    def run(
+        self, view: HaloView, batch: Batch, taps: FluxTaps | None = None
+    ) -> dict[str, torch.Tensor]:
         """The model's outputs on `view` (`batch` is the view as model input; eager forwards
-        may replace its "edge_index")."""
+        may replace its "edge_index"); `taps` record its refreshes, for the heat flux."""
         if self.checking:
             self.plan = self.plan.owned_by_all(partial(self._all_own, view))
         plan = self.plan
@@ -100,6 +103,7 @@ class SpecRunner:
             self._slot.bind(view.plan, self.comm),
             in_place=not plan.compiled,
             exchanges=view.plan.exchanges,
+            taps=taps,
         )
         with self._model_scope(batch), forward_on_ranks(self._ranks):
             if plan.compiled and not self.checking:
@@ -146,9 +150,12 @@ class SpecRunner:
         with torch.enable_grad():
             rows, run_cell = leaves.strained(rows, cell)
             batch = batch_of(rows, run_cell)
-            out = self.run_alone(batch, n_owned) if view is None else self.run(view, batch)
+            if view is None:
+                out = self.run_alone(batch, n_owned)
+            else:
+                out = self.run(view, batch, leaves.flux)
             check_energies(out.get("energies"), batch.num_nodes)
-            derived = leaves.derive(out["energies"][:n_owned].sum(), cell, self.model)
+            derived = leaves.derive(out["energies"][:n_owned], cell, self.model)
         if "pair_gradients" in derived:
             gradients = derived["pair_gradients"]
             derived["stresses"] = edge_stresses(batch, gradients, cell, batch.num_nodes)

@@ -3,6 +3,7 @@ or graph partition, as `DomainConfig.strategy` says), each rank holding only its
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable
 from typing import Any
@@ -26,7 +27,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.models import BaseModelMixin, asking_for
+from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, NeighborConfig, asking_for
 
 __all__ = ["DistributedModel", "SubdomainModel"]
 
@@ -67,7 +68,7 @@ class SubdomainModel(nn.Module):
             ),
         }
         self._graphs_required = config.cuda_graphs is True
-        config = config.with_graphs_resolved(needs, _on_cuda(model))
+        config = _with_model_ghosts(config.with_graphs_resolved(needs, _on_cuda(model)), neighbors)
         self.engine = HaloEngine(model, config, self.comm)
         self.config = config
         self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
@@ -75,7 +76,13 @@ class SubdomainModel(nn.Module):
         self.domain: HaloDomain | GraphDomain = (
             GraphDomain(self.comm, config)
             if config.strategy is StrategyKind.GRAPH_PARTITION
-            else HaloDomain(self.comm, config, width, list_pairs=not chunked)  # chunks list theirs
+            else HaloDomain(
+                self.comm,
+                config,
+                width,
+                list_pairs=not chunked,  # chunks list theirs
+                ghost_pair_cutoff=neighbors.ghost_pair_cutoff if neighbors else None,
+            )
         )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step
@@ -97,6 +104,14 @@ class SubdomainModel(nn.Module):
             invalid = invalid_atoms(positions, tuple(per_atom))
             raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
         return status == REBUILD
+
+    def image_axes_for(self, properties: Iterable[str]) -> None:
+        """Before the rebuild check of an evaluation of `properties`: the heat flux needs
+        every periodic image of an atom as a row of its own, so from the first evaluation
+        asking for it on, views image every periodic axis (collective: every rank asks
+        for the same properties)."""
+        if HEAT_FLUX_TENSORS in properties and isinstance(self.domain, HaloDomain):
+            self.domain.image_periodic_axes()
 
     def rebuild(self, owned: Batch) -> HaloView:
         """Build the view of `owned` (this rank's atoms at their current positions) and have
@@ -125,7 +140,7 @@ class SubdomainModel(nn.Module):
         and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
         """
         wanted = self.engine.wanted(properties)
-        leaf = owned.positions.detach().requires_grad_(wanted.forces)
+        leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
         with computing(self.comm, leaf.device), asking_for(properties):
@@ -186,6 +201,8 @@ class DistributedModel(SubdomainModel):
         At a rebuild the atoms of `owned` migrate between ranks (its per-atom fields are
         replaced in place); results are for the owned atoms in `owned`'s current order.
         """
+        properties = tuple(properties)
+        self.image_axes_for(properties)
         self.prepare(owned)
         result = self.evaluate_view(self.domain.view, owned, properties)
         self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
@@ -233,6 +250,22 @@ class DistributedModel(SubdomainModel):
         batch = self.engine.batch(view, rows, owned.cell, owned.pbc)
         batch.add_node_property("global_ids", view.global_ids)
         return batch
+
+
+def _with_model_ghosts(config: DomainConfig, neighbors: NeighborConfig | None) -> DomainConfig:
+    """`config` with at least the ghost cutoffs the model asks for (`ghost_layers`) under a
+    per-layer refresh; a copy, the user's config is left as it is. Refused for graph
+    partition when the model reads pairs between ghosts (its views hold no such pairs)."""
+    if neighbors is None:
+        return config
+    if neighbors.ghost_pair_cutoff and config.strategy is StrategyKind.GRAPH_PARTITION:
+        raise ValueError(
+            "the model reads pairs between ghost atoms (NeighborConfig.ghost_pair_cutoff), "
+            "which graph partition does not list: use the halo strategy"
+        )
+    if config.chunk_atoms is not None or neighbors.ghost_layers <= (config.halo_layers or 1):
+        return config
+    return dataclasses.replace(config, halo_layers=neighbors.ghost_layers)
 
 
 def _on_cuda(model: nn.Module) -> bool:

@@ -8,6 +8,7 @@ import torch
 
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
+from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import OutputKind
 
 __all__ = ["ReplicatedModel"]
@@ -36,6 +37,8 @@ class ReplicatedModel(SubdomainModel):
         the same on every rank (collective)."""
         if self.domain.partitioner is None:
             self.setup(full)
+        properties = tuple(properties)
+        self.image_axes_for(properties)
         ids = self._owned_ids
         tracked = full.positions if ids is None else full.positions[ids]
         tracked_ids = torch.arange(len(tracked), device=tracked.device) if ids is None else ids
@@ -60,7 +63,11 @@ class ReplicatedModel(SubdomainModel):
         owned = self._owned(full)
         local = self.evaluate_view(self.domain.view, owned, properties)
         kinds = self.engine.spec.output_kinds
-        per_node = {k: v for k, v in local.items() if kinds.get(k) is OutputKind.PER_NODE}
+        per_node = {
+            k: v
+            for k, v in local.items()
+            if kinds.get(k) is OutputKind.PER_NODE or k == HEAT_FLUX_TENSORS
+        }
         return {**local, **self.comm.gather_by_id(owned.global_ids, per_node)}
 
     def _owned(self, full: Batch) -> Batch:

@@ -22,7 +22,7 @@ from nvdd_plugins.decomposition import (
     row_counts,
 )
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.distributed_model.rows.view_build import Padding, build_halo_view
+from nvdd_plugins.distributed_model.rows.view_build import Padding, PairListing, build_halo_view
 from nvdd_plugins.geometry import VerletState
 
 __all__ = ["HaloDomain"]
@@ -37,22 +37,33 @@ class HaloDomain:
     (the state of the last rebuild: reference and padded capacities) goes stale, either
     `migrate` (each rank holds only its atoms) or `select_owned` (every rank holds the full
     system), then `build`. `halo_width` (Å) is the ghost shell's; without `list_pairs` views
-    are built without pairs (for an evaluation that lists its own, such as chunks).
+    are built without pairs (for an evaluation that lists its own, such as chunks); with
+    `ghost_pair_cutoff` (Å) they list the pairs between two ghosts closer than it (+ skin).
     """
 
     def __init__(
-        self, comm: Communicator, config: DomainConfig, halo_width: float, list_pairs: bool = True
+        self,
+        comm: Communicator,
+        config: DomainConfig,
+        halo_width: float,
+        list_pairs: bool = True,
+        ghost_pair_cutoff: float | None = None,
     ) -> None:
         self.comm = comm
         self.config = config
         self.halo_width = float(halo_width)
         self.list_pairs = list_pairs
+        skin = config.skin
+        self.pairs = PairListing(
+            config.cutoff + skin, None if ghost_pair_cutoff is None else ghost_pair_cutoff + skin
+        )
         self.partitioner: SpatialPartitioner | None = None
         self.view: HaloView | None = None
         self.padding_species = 1
         self.rebuilds = 0  # views built so far
         self.migrated = 0  # atoms this rank received by migration so far
         self.rebalances = 0  # times the cuts moved to balance the load (setup included)
+        self.wrap = True  # wide unsplit periodic axes wrap (`image_periodic_axes`)
         growth = config.capacity_growth if config.fixed_shapes else None
         self.verlet = VerletState(config.skin, config.rebuild_threshold, growth)
 
@@ -71,12 +82,28 @@ class HaloDomain:
         origin, box, pbc, self.padding_species = self.comm.broadcast_object(payload, src=0)
         frame = DecompositionFrame(origin, box, pbc)
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, self.config.grid, self.halo_width
+            frame, self.comm.size, self.config.grid, self.halo_width, wrap=self.wrap
         )
         self.balance_from_root(full.positions if self.comm.rank == 0 and full is not None else None)
         self.view = None
         self.verlet.reset()
         logger.info("rank grid %s over %d ranks", self.partitioner.grid, self.comm.size)
+
+    def image_periodic_axes(self) -> None:
+        """From the next build on, ghosts image every periodic axis instead of pairs wrapping
+        across its faces (the heat flux needs every image an explicit row); the next
+        rebuild check answers True where a view wrapped. Stays so; collective use only."""
+        if not self.wrap:
+            return
+        self.wrap = False
+        partitioner = self.partitioner
+        if partitioner is None or not bool(partitioner.wrapped_axes.any()):
+            return
+        self.partitioner = SpatialPartitioner(
+            partitioner.frame, self.comm.size, None, self.halo_width, partitioner.cuts, False
+        )
+        self.view = None
+        self.verlet.reset()
 
     # -- load balance ---------------------------------------------------------------------
     def balance_from_root(self, positions: torch.Tensor | None) -> None:
@@ -136,7 +163,7 @@ class HaloDomain:
             return
         partitioner = self._partitioner()
         self.partitioner = SpatialPartitioner(
-            partitioner.frame, self.comm.size, None, self.halo_width, cuts
+            partitioner.frame, self.comm.size, None, self.halo_width, cuts, self.wrap
         )
         self.rebalances += 1
 
@@ -154,7 +181,7 @@ class HaloDomain:
         if same_place and torch.equal(frame.box, current):
             return partitioner
         self.partitioner = SpatialPartitioner(
-            frame, self.comm.size, None, self.halo_width, partitioner.cuts
+            frame, self.comm.size, None, self.halo_width, partitioner.cuts, self.wrap
         )
         return self.partitioner
 
@@ -250,7 +277,8 @@ class HaloDomain:
         padding = Padding(
             self.padding_species, partitioner.halo_width, *capacities, self.config.fixed_shapes
         )
-        view = build_halo_view(self.comm, partitioner, owned, padding, self.list_pairs)
+        pairs = self.pairs if self.list_pairs else None
+        view = build_halo_view(self.comm, partitioner, owned, padding, pairs)
         self.view = view
         self.verlet.record(positions, cell)
         self.rebuilds += 1
@@ -288,7 +316,9 @@ class HaloDomain:
         rebuild reference back; without it the next evaluation rebuilds."""
         if cuts is not None:
             cuts.check()
-        self.partitioner = SpatialPartitioner(frame, self.comm.size, grid, self.halo_width, cuts)
+        self.partitioner = SpatialPartitioner(
+            frame, self.comm.size, grid, self.halo_width, cuts, self.wrap
+        )
         self.padding_species = int(padding_species)
         self.view = None
         self.verlet.reset()

@@ -17,6 +17,7 @@ from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
 __all__ = [
     "Padding",
+    "PairListing",
     "ViewRows",
     "build_halo_view",
     "padded_pairs",
@@ -187,16 +188,25 @@ def _receive_ghosts(
     return owner_rank, incoming[:, 0], incoming[:, 1:]
 
 
+@dataclass(frozen=True)
+class PairListing:
+    """Which pairs a view lists: those closer than `radius` (Å: cutoff + skin) that touch
+    an owned row, and with `ghost_radius` those closer than it between two ghost rows."""
+
+    radius: float
+    ghost_radius: float | None = None
+
+
 def build_halo_view(
     comm: Communicator,
     partitioner: SpatialPartitioner,
     owned: Batch,
     padding: Padding,
-    list_pairs: bool = True,
+    pairs: PairListing | None = None,
 ) -> HaloView:
     """Select ghosts, build the plan and the neighbour list of this rank's `owned` atoms
-    (collective) and pad them. Without `list_pairs` the view has no pairs (an evaluation
-    that lists its own, such as chunks of the view)."""
+    (collective) and pad them. Without `pairs` the view has no pairs (an evaluation that
+    lists its own, such as chunks of the view)."""
     owned_positions = owned.positions.detach()
     cell = owned.cell[0].detach()
     device = owned_positions.device
@@ -213,12 +223,19 @@ def build_halo_view(
     with torch.no_grad():
         local = local_rows(owned_positions) + rows_times_3x3(units, cell)
     wrapped = partitioner.wrapped_axes.to(device)
+    listing = pairs
     pairs = torch.empty(2, 0, dtype=torch.long, device=device)
     pair_units, built_shifts = torch.empty(0, 3, dtype=torch.long, device=device), None
-    if list_pairs:
-        listed = build_neighbor_list(local, cell, wrapped, partitioner.halo_width, touching=n_owned)
-        pairs, pair_units = listed.edge_index, listed.unit_shifts
-        built_shifts = (cell, listed.shifts)
+    if listing is not None:
+        listed = build_neighbor_list(local, cell, wrapped, listing.radius, touching=n_owned)
+        pairs, pair_units, shifts = listed.edge_index, listed.unit_shifts, listed.shifts
+        if listing.ghost_radius is not None:
+            among = build_neighbor_list(local, cell, wrapped, listing.ghost_radius)
+            ghosts = (among.edge_index >= n_owned).all(0)
+            pairs = torch.cat([pairs, among.edge_index[:, ghosts]], 1)
+            pair_units = torch.cat([pair_units, among.unit_shifts[ghosts]])
+            shifts = torch.cat([shifts, among.shifts[ghosts]])
+        built_shifts = (cell, shifts)
     per_row = torch.stack([owned.atomic_numbers.long(), owned.global_ids.long()], 1)
     numbers, ids = local_rows(per_row).unbind(1)
     rows = ViewRows(plan, local, numbers, ids, pairs, units, pair_units, wrapped, built_shifts)
