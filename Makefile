@@ -9,6 +9,10 @@ STAMP := $(VENV)/.nvdd-installed
 VENV_E3NN ?= $(VENV)-e3nn
 PY_E3NN := $(VENV_E3NN)/bin/python
 STAMP_E3NN := $(VENV_E3NN)/.nvdd-installed
+# the compile tests of the wrappers each overlay holds (its packages: skipped elsewhere)
+COMPILE_TESTS := tests/distributed_model/test_compile.py::test_wrapper_compiles_to_a_recompile_free_graph \
+	tests/distributed_model/test_compile.py::test_inductor_trajectory_matches_eager
+GLOO_COMPILE := tests/distributed_model/test_compile.py::test_compiled_on_gloo_ranks
 E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevennet_simulated.py \
 	tests/test_examples.py::test_sevennet_example tests/torture/test_torture.py::test_sevennet_case \
 	tests/models/test_nequip.py tests/multiprocess/test_gloo_nequip.py \
@@ -19,7 +23,9 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/models/test_sevennet_pretrained.py tests/multiprocess/test_gloo_sevennet_pretrained.py \
 	tests/lammps/test_sevennet_pretrained.py tests/lammps/test_cli.py::test_sevennet_bad_name_is_one_line \
 	tests/multiprocess/test_mpi_ase.py::test_pretrained_sevennet_under_mpirun \
-	tests/test_examples.py::test_sevennet0_nvt_example
+	tests/test_examples.py::test_sevennet0_nvt_example \
+	$(foreach m,sevennet nequip allegro,$(COMPILE_TESTS:%=%[$(m)])) \
+	$(foreach m,sevennet nequip,$(foreach p,2 4,$(GLOO_COMPILE)[$(m)-$(p)]))
 # fairchem-core (UMA) in its own overlay: its pinned import-time dependencies (wandb,
 # hydra, submitit, ...) stay out of the other environments
 VENV_UMA ?= $(VENV)-uma
@@ -28,7 +34,8 @@ STAMP_UMA := $(VENV_UMA)/.nvdd-installed
 UMA_TESTS := tests/models/test_uma.py tests/multiprocess/test_gloo_uma.py \
 	tests/distributed_model/test_uma_simulated.py \
 	tests/torture/test_torture.py::test_uma_case tests/test_examples.py::test_uma_example \
-	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun tests/lammps/test_uma.py
+	tests/multiprocess/test_mpi_ase.py::test_uma_under_mpirun tests/lammps/test_uma.py \
+	$(COMPILE_TESTS:%=%[uma])
 # chgnet (CHGNet) in its own overlay: pymatgen's import-time dependencies stay out of the
 # other environments
 VENV_CHGNET ?= $(VENV)-chgnet

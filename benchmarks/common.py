@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.multiprocessing as mp
 from lj_job import fcc_crystal, maxwell_velocities
 
-from nvdd_plugins import Batch, DistributedModel, DomainConfig
+from nvdd_plugins import Batch, DistributedManager, DistributedModel, DomainConfig
 from nvdd_plugins.models import BaseModelMixin, MACEArchitecture, random_mace
 
 
@@ -164,3 +167,33 @@ def print_dd1_rows(rows: list[dict[str, Any]]) -> None:
             f"{r['dd1_over_plain']:11.3f} {r['plain_gib']:11.2f} {r['dd1_gib']:10.2f} "
             f"{r['max_abs_dF']:9.1e}"
         )
+
+
+def gloo_rank(
+    rank: int, world_size: int, port: int, measure: Callable[..., Any], args: Any, out: str
+) -> None:
+    """A spawned CPU rank (`torch.multiprocessing.start_processes` target): join a gloo group
+    on localhost:`port` and save `measure(mesh, device, args)` as `out`/rank<rank>.pt."""
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    manager = DistributedManager.initialize(device="cpu")
+    torch.save(measure(manager.mesh, manager.device, args), os.path.join(out, f"rank{rank}.pt"))
+    DistributedManager.cleanup()
+
+
+def gloo_reports(world_size: int, port: int, measure: Callable[..., Any], args: Any) -> list[Any]:
+    """`measure(mesh, device, args)` of each of `world_size` spawned gloo ranks (`gloo_rank`)."""
+    with tempfile.TemporaryDirectory() as out:
+        mp.start_processes(
+            gloo_rank,
+            args=(world_size, port, measure, args, out),
+            nprocs=world_size,
+            start_method="spawn",
+        )
+        return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(world_size)]

@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
-from common import fcc_batch, interleaved_medians, mace_model, synchronize, write_json
+from common import (
+    fcc_batch,
+    gloo_reports,
+    interleaved_medians,
+    mace_model,
+    synchronize,
+    write_json,
+)
 
 from nvdd_plugins import Batch, DistributedManager, DistributedModel, DomainConfig
 from nvdd_plugins.comm import Communicator, SimulatedMesh
@@ -161,20 +166,6 @@ def summarise(world_size: int, reports: list[dict], args: argparse.Namespace) ->
     return {"one_rank": base, "strategies": rows}
 
 
-def _spawned(rank: int, world_size: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
-    manager = DistributedManager.initialize(device="cpu")
-    torch.save(measure(manager.mesh, manager.device, args), os.path.join(out, f"rank{rank}.pt"))
-    DistributedManager.cleanup()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mpnn", choices=["mpnn", "mace", "radius_graph"])
@@ -199,14 +190,7 @@ def main() -> None:
         DistributedManager.cleanup()
         return
     for world_size in args.ranks:
-        with tempfile.TemporaryDirectory() as out:
-            mp.start_processes(
-                _spawned,
-                args=(world_size, args.port + world_size, args, out),
-                nprocs=world_size,
-                start_method="spawn",
-            )
-            reports = [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(world_size)]
+        reports = gloo_reports(world_size, args.port + world_size, measure, args)
         results[world_size] = summarise(world_size, reports, args)
     write_json(args.json, {"args": vars(args), "results": results})
 

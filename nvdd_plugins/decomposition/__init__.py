@@ -19,12 +19,15 @@ from nvdd_plugins.decomposition.index_partitioner import (
     index_owners,
     morton_order,
 )
+from nvdd_plugins.decomposition.occupancy import BinGrid, KeyRuns
 from nvdd_plugins.decomposition.partitioner import GhostImages, SpatialPartitioner
 
 __all__ = [
+    "BinGrid",
     "DecompositionFrame",
     "GhostImages",
     "IndexPartitioner",
+    "KeyRuns",
     "Reduce",
     "SpatialPartitioner",
     "StaggeredCuts",

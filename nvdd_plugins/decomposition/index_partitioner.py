@@ -2,7 +2,7 @@
 
 Atoms are sorted along a Morton (Z-order) curve of their fractional coordinates in the
 decomposition frame, and rank r owns the r-th of `size` contiguous, near-equal slices of that
-order. Ownership is fixed once (no migration), so it is stored per global atom id.
+order. Ownership is fixed once (no migration); each rank keeps the ids of its own slice.
 """
 
 from __future__ import annotations
@@ -55,31 +55,12 @@ def index_owners(
 
 @dataclass(frozen=True)
 class IndexPartitioner:
-    """Which rank owns each atom, by global id.
+    """The atoms one rank owns under graph partition, by global id (fixed once).
 
     Attributes:
-        owner: (max id + 1,) owning rank per global id (-1 for ids not in the system).
+        owned: (n,) ascending global ids of this rank's atoms.
         size: number of ranks.
     """
 
-    owner: torch.Tensor
+    owned: torch.Tensor
     size: int
-
-    @classmethod
-    def from_system(
-        cls,
-        positions: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        ids: torch.Tensor,
-        size: int,
-    ) -> IndexPartitioner:
-        """`index_owners` of the system's atoms, stored by their global `ids`."""
-        ids = ids.long().cpu()
-        owner = torch.full((int(ids.max()) + 1 if ids.numel() else 0,), -1, dtype=torch.long)
-        owner[ids] = index_owners(positions, cell, pbc, size)
-        return cls(owner, size)
-
-    def owned_ids(self, rank: int) -> torch.Tensor:
-        """The global ids `rank` owns, ascending."""
-        return torch.nonzero(self.owner == rank).flatten()

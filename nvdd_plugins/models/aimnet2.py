@@ -19,7 +19,12 @@ from torch import nn
 
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.models.aimnet2_coulomb import dsf_coulomb, lattice_coulomb, short_range_coulomb
+from nvdd_plugins.models.aimnet2_coulomb import (
+    dsf_coulomb,
+    lattice_coulomb,
+    pairs_within,
+    short_range_coulomb,
+)
 from nvdd_plugins.models.base import (
     BaseModelMixin,
     ModelConfig,
@@ -53,8 +58,10 @@ __all__ = [
 
 def mol_sum_over_ranks(x: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tensor:
     """aimnet's `nbops.mol_sum` in the wrapper's layout (rows of molecule `data["mol_idx"]`,
-    `data["_num_mol"]` molecules): the owned rows' sum, summed over ranks."""
-    out = x.new_zeros(int(data["_num_mol"]), *x.shape[1:])
+    one row of `data["charge"]` per molecule): the owned rows' sum, summed over ranks."""
+    # the molecule count from a shape, not `data["_num_mol"]`: reading a tensor's value
+    # would break a compiled graph
+    out = x.new_zeros(data["charge"].shape[0], *x.shape[1:])
     return summed_over_ranks(out.index_add_(0, data["mol_idx"], x))
 
 
@@ -130,7 +137,9 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         self.model_config = ModelConfig(
             autograd_outputs=frozenset({"forces", "stress"}),
             autograd_inputs=frozenset({"positions"}),
-            neighbor_config=NeighborConfig(cutoff=float(cutoff)),
+            # aimnet's cutoff functions weigh pairs beyond their cutoffs exactly zero
+            # (clamped); the real-space lattice sum drops them
+            neighbor_config=NeighborConfig(cutoff=float(cutoff), accepts_skin_pairs=True),
             edge_energy=self.electrostatics is None,  # a reciprocal sum is not a pair sum
         )
         # the elements of the embedding, or of the metadata's "implemented_species" (aimnet's
@@ -172,9 +181,8 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
         i, j = inputs.edge_index
         r_ij = inputs.positions[j] - inputs.positions[i] + inputs.shifts
         d_ij = torch.linalg.vector_norm(r_ij, dim=-1)
-        near = d_ij < self.aev_cutoff
         n = inputs.positions.shape[0]
-        pairs = _Pairs(i[near], j[near], r_ij[near], d_ij[near], n)
+        pairs = _Pairs(*pairs_within(d_ij < self.aev_cutoff, i, j, r_ij, d_ij), n)
         data = self._charges_and_features(inputs, pairs)
         energies = torch.zeros(n, dtype=torch.float64, device=d_ij.device)
         for head in [*self.model.outputs.children(), self.coulomb]:
@@ -218,7 +226,9 @@ class AIMNet2Wrapper(nn.Module, BaseModelMixin):
             "mult": inputs.positions.new_full((inputs.num_graphs,), self.mult),
         }
         a = model.afv(numbers)
-        data["a"] = a.unflatten(-1, (model.nfeature, model.nshifts_s)) if model.d2features else a
+        # a reshape: Tensor.unflatten's Python body (super().unflatten) breaks a compiled graph
+        shape = (a.shape[0], model.nfeature, model.nshifts_s)
+        data["a"] = a.reshape(shape) if model.d2features else a
         if model.num_charge_channels == 2:
             data = model._preprocess_spin_polarized_charge(data)
         else:

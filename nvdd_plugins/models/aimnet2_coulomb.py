@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-from nvdd_plugins.models.base import ModelInputs
+from nvdd_plugins.models.base import ModelInputs, host_checks_allowed
 from nvdd_plugins.models.ewald import (
     Ewald,
     real_space_pair_energies,
@@ -18,7 +18,16 @@ from nvdd_plugins.models.ewald import (
 )
 from nvdd_plugins.models.pme import PME
 
-__all__ = ["dsf_coulomb", "lattice_coulomb", "short_range_coulomb"]
+__all__ = ["dsf_coulomb", "lattice_coulomb", "pairs_within", "short_range_coulomb"]
+
+
+def pairs_within(near: torch.Tensor, *per_pair: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows of each of `per_pair` where `near` holds; at fixed shapes (compiled, or
+    captured as a CUDA graph: no data-dependent shape) all of them, since aimnet's cutoff
+    functions weigh the pairs beyond their cutoffs exactly zero."""
+    if not host_checks_allowed():
+        return per_pair
+    return tuple(values[near] for values in per_pair)
 
 
 def _pair_energies_onto_atoms(
@@ -51,8 +60,7 @@ def dsf_coulomb(
     terms within `dsf_rc` (aimnet's `coulomb_matrix_dsf`) and the self term."""
     from aimnet import ops  # optional dependency
 
-    within = d_ij < head.dsf_rc
-    i, j, d = i[within], j[within], d_ij[within]
+    i, j, d = pairs_within(d_ij < head.dsf_rc, i, j, d_ij)
     pair = ops.coulomb_matrix_dsf(d, head.dsf_rc, head.dsf_alpha, {"mask_ij_lr": d < 0})
     energies = _pair_energies_onto_atoms(q[i] * q[j] * pair, i, head, n)
     alpha, rc = head.dsf_alpha, head.dsf_rc

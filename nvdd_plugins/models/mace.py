@@ -8,6 +8,7 @@ so eager runs need no per-op interception and go through mace's own LAMMPS code 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import threading
 from collections.abc import Sequence
@@ -130,19 +131,15 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return known_species(self.species_index)
 
     def prepare_for_compile(self) -> MACEWrapper:
-        """A copy whose mace model is rebuilt the way mace prepares models for torch.compile
-        (e3nn code generation off, fx-simplified blocks); same weights and dtype; e3nn only.
+        """A copy of the wrapper prepared for torch.compile the way mace prepares its own
+        (`mace.tools.compile`: e3nn code generation off; an e3nn model rebuilt with
+        fx-simplified blocks, a cuEquivariance one simplified as it is); same weights and
+        dtype.
 
         Made once (again when the weights change or move) under a process-wide lock: threads
-        (simulated ranks) share it; it returns itself. ValueError for cuEquivariance."""
+        (simulated ranks) share it; it returns itself."""
         if self._compile_ready:
             return self
-        if self.cuequivariance:
-            raise ValueError(
-                "compile=True does not support cuEquivariance MACE models (mace's compile "
-                "preparation rebuilds e3nn layers; dynamo fails on e3nn Irreps): run eager, "
-                "where nvdd adds under 5 % to a cuEquivariance step of 100k atoms"
-            )
         with _PREPARE_LOCK:
             # in-place changes (load_state_dict too) bump the weights' versions
             state = tuple(t._version for t in (*self.model.parameters(), *self.model.buffers()))
@@ -155,11 +152,18 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         return super()._apply(fn, recurse)
 
     def _prepared_copy(self) -> MACEWrapper:
-        from mace.tools.compile import prepare  # optional dependency
+        from mace.tools import compile as mace_compile  # optional dependency
         from mace.tools.scripts_utils import extract_model
 
         parameter = next(self.model.parameters())
-        model = prepare(extract_model)(model=self.model, map_location=parameter.device)
+        if self.cuequivariance:  # as mace's calculator compiles its accelerated backends
+            mace_compile.configure_autograd_for_compile(allow_autograd=True)
+            with mace_compile.disable_e3nn_codegen():
+                model = mace_compile.simplify(copy.deepcopy(self.model))
+        else:
+            model = mace_compile.prepare(extract_model)(
+                model=self.model, map_location=parameter.device
+            )
         prepared = MACEWrapper(model.to(parameter.dtype), head=self.head)
         prepared._compile_ready = True
         return prepared

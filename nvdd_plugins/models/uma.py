@@ -87,6 +87,10 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         # submodule, so the parameters are listed once
         graph_backbone = copy.copy(backbone)
         graph_backbone.otf_graph = False
+        # nvdd takes forces and stress by autograd itself: the backbone need not make the
+        # positions and cell require grad (a call that would break a compiled graph)
+        graph_backbone.regress_config = replace(backbone.regress_config, forces=False, stress=False)
+        graph_backbone.csd_embedding = _SystemEmbedding(backbone)
         object.__setattr__(self, "_graph_backbone", graph_backbone)
         self.energy_block = _energy_block(model)
         if backbone.use_dataset_embedding:
@@ -101,7 +105,12 @@ class UMAWrapper(nn.Module, BaseModelMixin):
                     f"got {value!r}"
                 )
         self.charge, self.spin = int(charge), int(spin)
-        self.model_config = ModelConfig.by_autograd(NeighborConfig(cutoff=float(backbone.cutoff)))
+        # fairchem's polynomial envelope is zero beyond the cutoff and weighs every message
+        # (pairs beyond it add exact zeros); eager forwards drop them all the same
+        neighbors = NeighborConfig(
+            float(backbone.cutoff), accepts_skin_pairs=True, prune_skin_pairs=True
+        )
+        self.model_config = ModelConfig.by_autograd(neighbors)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, **options: Any) -> UMAWrapper:
@@ -127,7 +136,10 @@ class UMAWrapper(nn.Module, BaseModelMixin):
             pos=positions,
             atomic_numbers=numbers,
             batch=inputs.batch_idx,
-            natoms=torch.bincount(inputs.batch_idx, minlength=n_graphs),
+            # (a bincount's shape depends on values: it would break a compiled graph)
+            natoms=per_graph.new_zeros(n_graphs).index_add_(
+                0, inputs.batch_idx, torch.ones_like(inputs.batch_idx)
+            ),
             edge_index=torch.stack([neighbour, center]),
             # every system's "cell" is the unit matrix: fairchem's shift = cell_offsets @ cell
             cell=unit_cell.expand(n_graphs, 3, 3),
@@ -159,6 +171,29 @@ class UMAWrapper(nn.Module, BaseModelMixin):
         )
         spec = uma_spec(n_layers=backbone.num_layers + 1, balanced=balanced)
         return for_strategy(spec, strategy)
+
+
+class _SystemEmbedding:
+    """fairchem's charge, spin and dataset embedding of the systems (`csd_embedding`),
+    computed once for each set of inputs: it depends on the wrapper's constants and the
+    weights alone, and fairchem's spin embedding indexes by value (`torch.where(spin ==
+    0)`), which torch.compile cannot capture in its graph. A compiled (or captured) forward
+    reads the value the eager forward before it, the checked one, computed."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        self.backbone = backbone
+        self._known: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, charge: torch.Tensor, spin: torch.Tensor, dataset: Any) -> torch.Tensor:
+        if not host_checks_allowed():
+            return next(iter(self._known.values()))
+        weights = tuple(t._version for t in self.backbone.parameters())
+        key = (tuple(charge.tolist()), tuple(spin.tolist()), dataset and tuple(dataset))
+        key += (charge.device, weights)
+        if key not in self._known:
+            embed = type(self.backbone).csd_embedding
+            self._known = {key: embed(self.backbone, charge, spin, dataset)}
+        return self._known[key]
 
 
 def uma_spec(n_layers: int | None = None, balanced: bool = False) -> MLIPSpec:

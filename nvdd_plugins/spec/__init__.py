@@ -14,6 +14,7 @@ from nvdd_plugins.spec.global_sums import (
 from nvdd_plugins.spec.kinds import OutputKind
 from nvdd_plugins.spec.marks import (
     OwnedRows,
+    handling_marks,
     owned_rows,
     refreshing_marks,
     scattered_onto_nodes,
@@ -59,6 +60,7 @@ __all__ = [
     "Transform",
     "for_strategy",
     "forward_on_ranks",
+    "handling_marks",
     "mesh_ranks",
     "owned_part",
     "owned_rows",

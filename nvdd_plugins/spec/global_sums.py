@@ -22,9 +22,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
-from torch.overrides import handle_torch_function, has_torch_function_unary
 
 from nvdd_plugins.spec.adapters import OpAdapter
+from nvdd_plugins.spec.marks import dispatched
 from nvdd_plugins.spec.transforms import AllReduceSum, SliceOwned
 
 __all__ = [
@@ -78,18 +78,16 @@ def forward_on_ranks(ranks: MeshRanks | None) -> Iterator[None]:
 def owned_part(tensor: torch.Tensor) -> torch.Tensor:
     """Identity in one process. In a distributed forward adapted with `SliceOwned`
     (`GLOBAL_SUM_ADAPTERS`), the rows of the atoms this rank owns (a per-atom `tensor`)."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(owned_part, (tensor,), tensor)
-    return tensor
+    handled = dispatched(owned_part, tensor)  # by the interception mode
+    return tensor if handled is None else handled
 
 
 def summed_over_ranks(tensor: torch.Tensor) -> torch.Tensor:
     """Identity in one process. In a distributed forward adapted with `AllReduceSum`,
     `tensor` is this rank's partial of a per-system sum and the result is the sum over all
     ranks (the same on every rank)."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(summed_over_ranks, (tensor,), tensor)
-    return tensor
+    handled = dispatched(summed_over_ranks, tensor)  # by the interception mode
+    return tensor if handled is None else handled
 
 
 GLOBAL_SUM_ADAPTERS: tuple[OpAdapter, ...] = (

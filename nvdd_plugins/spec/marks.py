@@ -13,17 +13,19 @@ Sums over the whole system have their own marks (`global_sums`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from torch.overrides import handle_torch_function, has_torch_function_unary
+from torch.overrides import TorchFunctionMode, handle_torch_function, has_torch_function_unary
 
 __all__ = [
     "OwnedRows",
+    "dispatched",
+    "handling_marks",
     "owned_rows",
     "refreshing_marks",
     "scattered_onto_nodes",
@@ -57,17 +59,64 @@ class _Marks(NamedTuple):
     rows: OwnedRows | None
 
 
-# How marked tensors are refreshed in a distributed forward without op interception.
-_MARKS: ContextVar[_Marks | None] = ContextVar("nvdd_marks", default=None)
+# How marked tensors are refreshed in a distributed forward without op interception: per
+# thread (simulated ranks are threads), in a `threading.local`, whose read torch.compile
+# traces and guards on (a `ContextVar.get` breaks the graph at every mark).
+_state = threading.local()
+
+
+def _marks() -> _Marks | None:
+    return getattr(_state, "marks", None)
+
+
+@contextmanager
+def _marking(marks: _Marks | None) -> Iterator[None]:
+    """Within (on this thread): `marks` are in force (nests; restored on exit)."""
+    previous = _marks()
+    _state.marks = marks
+    try:
+        yield
+    finally:
+        _state.marks = previous
+
+
+def dispatched(mark: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> Any:
+    """`mark(tensor)` as the torch-function mode in force handles it (a distributed forward's
+    interception), or None when no mode is in force: torch's own dispatch in eager code;
+    while torch.compile traces, which hides a mode entered inside the traced code from
+    `has_torch_function` (the mark would pass as the identity), a call of the mode
+    `handling_marks` names."""
+    if has_torch_function_unary(tensor):
+        return handle_torch_function(mark, (tensor,), tensor)
+    mode = getattr(_state, "mode", None)
+    if mode is None or not torch.compiler.is_compiling():
+        return None
+    # inside its handler the mode is off, as torch's dispatch turns a mode off in its own
+    # __torch_function__: the handler's own torch calls and its call of `mark` pass through
+    with handling_marks(None), torch.overrides._pop_mode_temporarily():
+        return mode.__torch_function__(mark, (type(tensor),), (tensor,), {})
+
+
+@contextmanager
+def handling_marks(mode: TorchFunctionMode | None) -> Iterator[None]:
+    """Within (on this thread): `mode`, entered in the same block, handles the marks of
+    code torch.compile traces (`dispatched`)."""
+    previous = getattr(_state, "mode", None)
+    _state.mode = mode
+    try:
+        yield
+    finally:
+        _state.mode = previous
 
 
 def scattered_onto_nodes(tensor: torch.Tensor) -> torch.Tensor:
     """Identity in a single-process forward. In a distributed one, `tensor` (one row per
     local atom) is a sum over edges onto its rows, complete on owned rows: its ghost rows
     take their owners' rows, as `ScatterOutputs` does for an adapted op's output."""
-    if has_torch_function_unary(tensor):  # dispatched to the active interception mode
-        return handle_torch_function(scattered_onto_nodes, (tensor,), tensor)
-    marks = _MARKS.get()
+    handled = dispatched(scattered_onto_nodes, tensor)  # by the interception mode
+    if handled is not None:
+        return handled
+    marks = _marks()
     return tensor if marks is None else marks.refresh(tensor)
 
 
@@ -77,11 +126,8 @@ def refreshing_marks(
 ) -> Iterator[None]:
     """Inside the block (this thread), marked tensors go through `refresh` (which leaves
     tensors that are not node-indexed as they are), and `owned_rows` yields `rows`."""
-    token = _MARKS.set(_Marks(refresh, rows))
-    try:
+    with _marking(_Marks(refresh, rows)):
         yield
-    finally:
-        _MARKS.reset(token)
 
 
 @contextmanager
@@ -92,12 +138,9 @@ def owned_rows() -> Iterator[OwnedRows | None]:
     inside the block, marks are not refreshed. None in any other forward (one process,
     under interception, or a mesh where some rank owns no atoms), where the model computes
     every row as usual."""
-    marks = _MARKS.get()
+    marks = _marks()
     if marks is None or marks.rows is None:
         yield None
         return
-    token = _MARKS.set(None)
-    try:
+    with _marking(None):
         yield marks.rows
-    finally:
-        _MARKS.reset(token)

@@ -1,22 +1,29 @@
-"""Graph partition on the simulated mesh equals the single-process run; its view holds each
-atom at most once; without the per-layer refresh, or with the halo layout for a model that
-builds its own graph, the results are wrong (negative controls)."""
+"""Graph partition on the simulated mesh equals the single-process run (empty ranks too); its
+view holds each atom at most once; a rank gathers no positions and hears only from the ranks
+near it; without the per-layer refresh, or with the halo layout for a model that builds its
+own graph, the results are wrong (negative controls)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
+from ase import Atoms
+from ase.build import bulk
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig, DomainParallel, ReplicatedModel
-from nvdd_plugins.comm import run_simulated
+from nvdd_plugins.comm import SimulatedCommunicator, run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.distributed_model.evaluation.context import HaloContext
+from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain, near_atoms
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.geometry import minimum_image
 from nvdd_plugins.models import RadiusGraphMPNN
 from nvdd_plugins.spec import SPEC_MPNN_GRAPH, SPEC_MPNN_HALO, for_strategy
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
 from tests.helpers.systems import (
+    SPARSE_SYSTEMS,
     SYSTEMS,
     ShiftPairModel,
     hot_bulk,
@@ -51,6 +58,61 @@ def test_matches_single_process(name: str) -> None:
     for system, build in SYSTEMS.items():
         for world_size in (1, 2, 3, 4):
             assert_close(_worst(model, build(), world_size), f"{name}/{system}/P{world_size}")
+
+
+@pytest.mark.parametrize("name", ["mpnn", "radius_graph"])
+def test_ranks_owning_nothing(name: str) -> None:
+    """Fewer atoms than ranks, or atoms in one corner: some ranks own nothing or have no
+    near ranks."""
+    model = MODELS[name]()
+    for system in ("single_atom", "corner"):
+        for world_size in (2, 4):
+            atoms = SPARSE_SYSTEMS[system]()
+            assert_close(_worst(model, atoms, world_size), f"{name}/{system}/P{world_size}")
+
+
+def test_a_rank_gathers_no_positions_and_hears_only_near_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 8 ranks each rank of a 4000-atom crystal hears of fewer than a quarter of the atoms
+    (its eighth's shell); what every rank gathers from all is its bins' runs (integers, a
+    few per rank); and ranks holding far-apart clusters exchange no atoms at all."""
+    gathered: list[torch.Tensor] = []
+    original = SimulatedCommunicator.all_gather
+    monkeypatch.setattr(
+        SimulatedCommunicator,
+        "all_gather",
+        lambda self, tensor: gathered.append(tensor) or original(self, tensor),
+    )
+    crystal = bulk("Ar", "fcc", a=5.26, cubic=True) * (10, 10, 10)
+    crystal.rattle(0.1, seed=0)
+    crystal.positions += 1.3  # no lattice plane on the eighths' faces
+    full, width = Batch.from_atoms(crystal), 4.8
+    n = full.num_nodes
+
+    rows = run_simulated(8, lambda comm: _owned_and_near(comm, full, width))
+    assert all(owned == n // 8 for owned, _ in rows)
+    assert max(near for _, near in rows) < n / 4, rows
+    assert not any(t.is_floating_point() for t in gathered), "positions were all-gathered"
+    assert max(t.shape[0] for t in gathered) < n / 20
+
+    corners = torch.tensor(list(itertools.product((0.0, 40.0), repeat=3)), dtype=torch.float64)
+    offsets = torch.rand(8, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    positions = (corners[:, None] + offsets * 3.0).reshape(-1, 3)  # 8 clusters of 8 atoms
+    clusters = Batch.from_atoms(Atoms(f"Ar{len(positions)}", positions.numpy(), pbc=False))
+    heard = run_simulated(4, lambda comm: _owned_and_near(comm, clusters, width))
+    assert heard == [(16, 0)] * 4
+
+
+def _owned_and_near(comm, full: Batch, width: float) -> tuple[int, int]:
+    """This rank's owned atoms of `full` under graph partition and the atoms of other ranks
+    it hears of (within `width`, give or take a bin)."""
+    domain = GraphDomain(comm, DomainConfig(4.5, 0.3, comm, strategy=GRAPH))
+    domain.setup(full if comm.rank == 0 else None)
+    ids = domain.select_owned(full.positions, full.cell[0])
+    owned = full.select_nodes(ids)
+    owned.add_node_property("global_ids", ids)
+    return owned.num_nodes, near_atoms(comm, owned, width).positions.shape[0]
 
 
 def test_without_ghost_refresh_it_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
 """MACE converted to cuEquivariance: the conversion, its spec (the fused GPU kernel's scatter is
-marked by a MethodAdapter), and compile=True refused. Its results through DistributedModel are
+marked by a MethodAdapter), and its compile preparation (mace's, for accelerated
+backends). Its results through DistributedModel are
 checked in tests/distributed_model/test_mace_simulated.py (CPU) and tests/gpu/test_cueq.py."""
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def test_uniform_1d_forward_marks_exactly_the_indexed_outputs(monkeypatch) -> No
     assert len(marked) == 1 and marked[0] is outputs[1]
 
 
-def test_compile_refuses_a_cueq_model_with_a_clear_error(cueq_wrapper) -> None:
-    from nvdd_plugins import DistributedModel, DomainConfig
-
-    with pytest.raises(ValueError, match="compile=True does not support cuEquivariance"):
-        DistributedModel(cueq_wrapper, DomainConfig(cutoff=cueq_wrapper.cutoff, compile=True))
+def test_compile_prepares_a_cueq_model_as_mace_does(cueq_wrapper) -> None:
+    """compile=True takes the cuEquivariance model as it is, fx-simplified (mace's calculator
+    does the same for its accelerated backends): same weights, same energies."""
+    prepared = cueq_wrapper.prepare_for_compile()
+    assert prepared.cuequivariance and prepared is not cueq_wrapper
+    assert prepared.prepare_for_compile() is prepared
+    for mine, theirs in zip(prepared.parameters(), cueq_wrapper.parameters(), strict=True):
+        assert torch.equal(mine, theirs)

@@ -19,7 +19,7 @@ from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.models import RadiusGraphMPNN
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import assert_close, errors, properties_for, reference, replicated
-from tests.helpers.systems import SYSTEMS, hot_bulk, md_integrator, mpnn_model
+from tests.helpers.systems import SYSTEMS, corner_cluster, hot_bulk, md_integrator, mpnn_model
 
 pytestmark = pytest.mark.multiprocess
 
@@ -32,6 +32,7 @@ def _cases() -> list[tuple[str, torch.nn.Module, Atoms]]:
     cases = []
     for name, model in (("mpnn", mpnn_model()), ("radius_graph", RadiusGraphMPNN().double())):
         cases += [(name, model, SYSTEMS[system]()) for system in ("bulk", "slab")]
+    cases.append(("mpnn", mpnn_model(), corner_cluster()))  # ranks with no near ranks
     if MACE_AVAILABLE:
         from nvdd_plugins.models import MACEWrapper
         from tests.helpers.mace_models import tiny_mace, with_two_species

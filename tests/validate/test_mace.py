@@ -1,7 +1,6 @@
 """`trace_and_validate` reports on the shipped MACE wrappers: the one-line call works on a
-model of any species (the default sample is made of the model's own), the compile=True
-rules are checked on an e3nn model and skipped, with the model's reason, on a
-cuEquivariance one."""
+model of any species (the default sample is made of the model's own), with the compile=True
+rules checked, on an e3nn model and a cuEquivariance one."""
 
 from __future__ import annotations
 
@@ -30,11 +29,8 @@ def test_the_one_line_call_validates_a_copper_mace_with_the_compile_rules() -> N
 @pytest.mark.skipif(
     importlib.util.find_spec("cuequivariance_torch") is None, reason="needs cuequivariance"
 )
-def test_a_cuequivariance_mace_is_reported_with_why_compile_is_not_checked() -> None:
+def test_a_cuequivariance_mace_is_validated_with_the_compile_rules() -> None:
     model = MACEWrapper(_small_mace(18), cuequivariance=True)
     report = trace_and_validate(model, world_size=2)
     assert report.ok, report
-    assert any(
-        "compile=True rules not checked" in note and "does not support cuEquivariance" in note
-        for note in report.notes
-    ), report.notes
+    assert report.notes == ()  # compile=True rules checked too

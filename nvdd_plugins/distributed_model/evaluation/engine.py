@@ -170,23 +170,21 @@ class HaloEngine:
         pbc: torch.Tensor,
         leaves: Leaves | None = None,
     ) -> Batch:
-        """`view` as the model's input batch (pairs beyond the cutoff hold the sentinel
-        unless the model takes Verlet pairs as they are); the edge shifts carry the pair
-        leaf of `leaves`, if any."""
+        """`view` as the model's input batch (pairs beyond the cutoff hold the sentinel, at
+        fixed shapes the view's far padding pair, unless the model takes Verlet pairs as
+        they are); the edge shifts carry the pair leaf of `leaves`, if any."""
         shifts = view.edge_shifts(cell[0])
         if leaves is not None:
             shifts = leaves.shifted(shifts)
-        if self.runner.plan.skin_pairs:
-            edge_index = view.edge_index
-        else:
-            edge_index = view.active_edges(rows, shifts, self.model.cutoff)
+        edge_index, units = view.edge_index, view.edge_unit_shifts
+        cutoff = self.model.cutoff
+        if not self.runner.plan.skin_pairs and self.config.fixed_shapes:
+            edge_index, shifts, units = view.within_cutoff(rows, shifts, cutoff)
+        elif not self.runner.plan.skin_pairs:
+            edge_index = view.active_edges(rows, shifts, cutoff)
         return Batch(
             node={"positions": rows, "atomic_numbers": view.atomic_numbers},
-            edge={
-                "edge_index": edge_index,
-                "shifts": shifts,
-                "unit_shifts": view.edge_unit_shifts,
-            },
+            edge={"edge_index": edge_index, "shifts": shifts, "unit_shifts": units},
             system={"cell": cell, "pbc": pbc},
             ptr=view.row_ptr,
             batch_idx=view.row_batch,

@@ -36,7 +36,13 @@ from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
-from nvdd_plugins.spec import MeshRanks, MLIPSpec, forward_on_ranks, refreshing_marks
+from nvdd_plugins.spec import (
+    MeshRanks,
+    MLIPSpec,
+    forward_on_ranks,
+    handling_marks,
+    refreshing_marks,
+)
 
 __all__ = ["SpecRunner"]
 
@@ -101,7 +107,7 @@ class SpecRunner:
         )
         with self._model_scope(batch), forward_on_ranks(self._ranks):
             if plan.compiled and not self.checking:
-                return self._compiled_forward(batch.device)(batch, ctx)
+                return self._run_compiled(batch, ctx)
             if plan.shortcuts and not self._claims_verified:
                 return self._verified_forward(batch, view, ctx)
             return self._eager_forward(batch, view, ctx, self.checking)
@@ -221,14 +227,30 @@ class SpecRunner:
         self._claims_verified = True
         return out
 
+    def _run_compiled(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
+        """The compiled forward; a ValueError naming the model when torch.compile cannot
+        capture its forward as one graph (a data-dependent shape, a host read)."""
+        try:
+            return self._compiled_forward(batch.device)(batch, ctx)
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as err:
+            reason = str(err).strip().splitlines()[0]
+            raise ValueError(
+                f"compile=True needs a forward torch.compile captures as one graph; "
+                f"{type(self.model).__name__}'s breaks it ({reason}): run it with "
+                "compile=False"
+            ) from err
+
     def _compiled_forward(self, device: torch.device) -> Any:
         """The compiled `_forward_in_mode` (made on first use, fixed shapes)."""
         if self._compiled is None:
             # torch 2.13's vectorised C++ code generation fails on small index_add_ targets
             # (per-system energy sums); scalar C++ code is correct. GPUs use Triton.
             options = {"cpp.vec_isa_ok": False} if device.type == "cpu" else None
+            # one graph, or an error: where dynamo breaks the graph, the code after the break
+            # runs without the interception the graph was traced under (wrong results)
             self._compiled = torch.compile(
                 self._forward_in_mode,
+                fullgraph=True,
                 dynamic=False,
                 mode=self.config.compile_mode,
                 options=options,
@@ -242,7 +264,7 @@ class SpecRunner:
         mode = HaloInterceptionMode(
             ctx, self.spec.distribution.custom_ops, check_indices, strict=self.config.strict
         )
-        with mode:
+        with mode, handling_marks(mode):
             out = self.model(batch)
         if check_indices and any(mode.is_stale(value) for value in out.values()):
             raise DistributionRuleError(f"the model returns a stale tensor: {REBIND_RULE}")

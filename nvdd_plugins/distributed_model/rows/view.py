@@ -151,13 +151,31 @@ class HaloView:
         self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
     ) -> torch.Tensor:
         """The edge slots whose pairs are now closer than `cutoff`; the rest hold the sentinel."""
+        return torch.where(self._within(positions, shifts, cutoff), self.edge_index, self.n_rows)
+
+    def within_cutoff(
+        self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`edge_index`, `shifts` and `edge_unit_shifts` at fixed shapes: the slots whose
+        pairs are now closer than `cutoff` as they are, the others holding the view's far
+        pair of padding rows (`Padding.far_pairs`) at zero shift, which a model that weighs
+        pairs beyond its cutoff not zero counts on those rows only (no atom's)."""
+        within = self._within(positions, shifts, cutoff)
+        far = self.edge_index.new_tensor([[self.n_local], [self.n_local + 1]])
+        return (
+            torch.where(within, self.edge_index, far),
+            torch.where(within.unsqueeze(1), shifts, 0.0),
+            torch.where(within.unsqueeze(1), self.edge_unit_shifts, 0),
+        )
+
+    def _within(self, positions: torch.Tensor, shifts: torch.Tensor, cutoff: float) -> torch.Tensor:
+        """(n_edge_slots,) bool: the filled slots whose pairs are closer than `cutoff` now."""
         edge_index = self.edge_index
         filled = edge_index[0] < self.n_rows
         safe = torch.where(filled, edge_index, torch.zeros_like(edge_index))
         x = positions.detach()
         distance = (x[safe[1]] - x[safe[0]] + shifts.detach()).norm(dim=-1)
-        keep = filled & (distance < cutoff)
-        return torch.where(keep, edge_index, torch.full_like(edge_index, self.n_rows))
+        return filled & (distance < cutoff)
 
 
 class _CellShifts(NamedTuple):

@@ -1,0 +1,90 @@
+"""compile=True against eager: the MD step of MACE on one GPU, with and without CUDA graphs.
+
+    python benchmarks/compiled_md_step.py --atoms 10976 108000 --json compiled.json
+
+For each fcc Cu crystal (MACE "small", random weights, cuEquivariance unless --backend
+e3nn, float32, 300 K, skin 0.5 Å, dt 1 fs), `DomainParallel(NVE)` at one rank in four modes,
+one after another in this process: eager (`cuda_graphs=False`), eager + "auto" (the
+default), compiled (`compile=True, cuda_graphs=False`) and compiled + "auto". Per mode: the
+warm-up's wall seconds (--warmup steps: the compile, for the compiled modes), the wall
+seconds per step over --steps steps after it (rebuilds included, their count printed) and
+the graphs dynamo compiled in those steps (0: recompile-free).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+from common import fcc_batch, mace_model, synchronize, write_json
+from cuda_graph_step import out_of_memory_as_row
+from mace_cueq import LATTICE, in_backend
+from torch._dynamo.utils import counters
+
+from nvdd_plugins import DomainConfig, DomainParallel
+from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.models import MACEWrapper
+
+MODES = {
+    "eager": {"compile": False, "cuda_graphs": False},
+    "eager+auto": {"compile": False, "cuda_graphs": "auto"},
+    "compiled": {"compile": True, "cuda_graphs": False},
+    "compiled+auto": {"compile": True, "cuda_graphs": "auto"},
+}
+
+
+def mode_row(model: torch.nn.Module, n_atoms: int, mode: str, args: argparse.Namespace) -> dict:
+    """Warm-up seconds, seconds per step and graphs compiled after the warm-up of one mode."""
+    device = torch.device("cuda")
+    wrapper = MACEWrapper(model)
+    config = DomainConfig(cutoff=wrapper.cutoff, skin=args.skin, **MODES[mode])
+    dd = DomainParallel(NVE(wrapper, 1.0), config)
+    batch = dd.partition(fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, 300.0))
+    synchronize(device)
+    start = time.perf_counter()
+    dd.run(batch, args.warmup)
+    synchronize(device)
+    warmup = time.perf_counter() - start
+    graphs, rebuilds = counters["stats"]["unique_graphs"], dd.model.rebuilds
+    start = time.perf_counter()
+    dd.run(batch, args.steps)
+    synchronize(device)
+    return {
+        "warmup_s": warmup,
+        "step_s": (time.perf_counter() - start) / args.steps,
+        "rebuilds": dd.model.rebuilds - rebuilds,
+        "new_graphs": counters["stats"]["unique_graphs"] - graphs,
+        "captures": dd.dynamics.graphed.captures,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--atoms", type=int, nargs="+", default=[10_976, 108_000])
+    parser.add_argument("--backend", default="cueq", choices=["cueq", "e3nn"])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--skin", type=float, default=0.5)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    model = in_backend(mace_model("small", (29,), torch.float32), args.backend).to("cuda")
+    rows: list[dict[str, Any]] = []
+    for n_atoms in args.atoms:
+        row: dict[str, Any] = {"atoms": n_atoms}
+        for mode in args.modes:
+            row[mode] = out_of_memory_as_row(mode_row, model, n_atoms, mode, args)
+            print(n_atoms, mode, row[mode], flush=True)
+        for mode in ("compiled", "compiled+auto"):
+            if "step_s" in row.get(mode, {}) and "step_s" in row.get("eager+auto", {}):
+                row[f"{mode}_over_eager+auto"] = row[mode]["step_s"] / row["eager+auto"]["step_s"]
+        rows.append(row)
+    for row in rows:
+        print({k: v for k, v in row.items() if k == "atoms" or "over" in k})
+    write_json(args.json, {"args": vars(args), "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
