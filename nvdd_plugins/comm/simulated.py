@@ -117,7 +117,14 @@ class SimulatedCommunicator(Communicator):
                     f"rank {self.rank}: expected {count} rows from rank {peer}, got "
                     f"{tensor.shape[0]}"
                 )
-            received[peer] = tensor.to(device=template.device, dtype=template.dtype)
+            # a real communicator receives bytes into a buffer shaped like `template`
+            if (tensor.dtype, tensor.shape[1:]) != (template.dtype, template.shape[1:]):
+                raise RuntimeError(
+                    f"rank {self.rank}: rank {peer} sent rows of {tensor.dtype} "
+                    f"{tuple(tensor.shape[1:])}, this rank receives "
+                    f"{template.dtype} {tuple(template.shape[1:])}"
+                )
+            received[peer] = tensor.to(device=template.device)
         return received
 
     def _gather_slots(self, value: Any) -> list[Any]:
@@ -138,6 +145,10 @@ class SimulatedCommunicator(Communicator):
         if self.size == 1:
             return tensor.detach().clone()
         values = self._gather_slots(tensor.detach().clone())
+        layouts = {(v.dtype, tuple(v.shape)) for v in values}
+        if len(layouts) > 1:  # MPI would truncate or misread, gloo would hang
+            given = ", ".join(f"rank {q}: {v.dtype} {tuple(v.shape)}" for q, v in enumerate(values))
+            raise RuntimeError(f"all_reduce of different tensors on the ranks ({given})")
         return _REDUCERS[op](torch.stack([v.to(tensor.device) for v in values]))
 
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:

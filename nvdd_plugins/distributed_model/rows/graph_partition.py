@@ -195,6 +195,8 @@ def build_graph_view(comm: Communicator, owned: Batch, width: float) -> HaloView
 def _padding_species(comm: Communicator, numbers: torch.Tensor) -> int:
     """The smallest atomic number of the system (collective): a species the model knows,
     for the padding rows of a rank that owns nothing."""
-    local = numbers.min().double() if numbers.numel() else torch.tensor(float("inf"))
-    smallest = float(comm.all_reduce(local.reshape(1).cpu(), "min"))
+    # float64 on every rank, also one that holds no atoms: MPI needs equal buffers
+    inf = torch.tensor(float("inf"), dtype=torch.float64)
+    local = numbers.min().double().cpu() if numbers.numel() else inf
+    smallest = float(comm.all_reduce(local.reshape(1), "min"))
     return int(smallest) if smallest != float("inf") else 1
