@@ -20,6 +20,7 @@ Ratios nvdd / theirs (goal <= 0.5) and the largest force difference of one call 
 from __future__ import annotations
 
 import argparse
+import gc
 import warnings
 from typing import Any
 
@@ -92,6 +93,35 @@ def ase_md_step(calc: Any, atoms: Atoms):
     return lambda: verlet.run(1)
 
 
+def size_row(
+    wrapper: BaseModelMixin, theirs: Any, ours: Any, atoms: Atoms, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The timings and ratios of one system size, printed as a table row."""
+    device = torch.device(args.device)
+    force_ours = DomainDecomposedCalculator(wrapper, skin=0.0, device=args.device)
+    force_ours.calculate(atoms, ["energy", "forces"], all_changes)
+    their_forces = their_force_call(theirs, atoms)()
+    fns = {
+        "theirs_force": their_force_call(theirs, atoms),
+        "nvdd_md": nvdd_md_step(wrapper, atoms, args.skin, args.device),
+        "theirs_ase_md": ase_md_step(theirs, atoms),
+        "nvdd_ase_md": ase_md_step(ours, atoms),
+    }
+    times = interleaved_medians(fns, args.repeats, device)
+    r = {"model": args.model, "atoms": len(atoms), **times}
+    r["nvdd_md_over_theirs"] = times["nvdd_md"] / times["theirs_force"]
+    r["ase_over_theirs"] = times["nvdd_ase_md"] / times["theirs_ase_md"]
+    r["max_abs_dF"] = float(np.abs(force_ours.results["forces"] - their_forces).max())
+    print(
+        f"{r['model']:10} {r['atoms']:6d} {1e3 * r['theirs_force']:12.1f} "
+        f"{1e3 * r['nvdd_md']:11.1f} {r['nvdd_md_over_theirs']:6.3f} "
+        f"{1e3 * r['theirs_ase_md']:13.1f} {1e3 * r['nvdd_ase_md']:12.1f} "
+        f"{r['ase_over_theirs']:6.3f} {r['max_abs_dF']:8.1e}",
+        flush=True,
+    )
+    return r
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(LATTICE), default="sevennet0")
@@ -103,36 +133,24 @@ def main() -> None:
     args = parser.parse_args()
     wrapper, theirs = models(args.model, args.device)
     ours = DomainDecomposedCalculator(wrapper, skin=args.skin, device=args.device)
+    print(
+        f"{'model':10} {'atoms':>6} {'theirs F ms':>12} {'nvdd MD ms':>11} {'ratio':>6} "
+        f"{'their ASE ms':>13} {'nvdd ASE ms':>12} {'ratio':>6} {'max|dF|':>8}",
+        flush=True,
+    )
     rows = []
     for n_atoms in args.atoms:
         atoms = mgo(n_atoms, LATTICE[args.model])
-        device = torch.device(args.device)
-        force_ours = DomainDecomposedCalculator(wrapper, skin=0.0, device=args.device)
-        force_ours.calculate(atoms, ["energy", "forces"], all_changes)
-        their_forces = their_force_call(theirs, atoms)()
-        fns = {
-            "theirs_force": their_force_call(theirs, atoms),
-            "nvdd_md": nvdd_md_step(wrapper, atoms, args.skin, args.device),
-            "theirs_ase_md": ase_md_step(theirs, atoms),
-            "nvdd_ase_md": ase_md_step(ours, atoms),
-        }
-        times = interleaved_medians(fns, args.repeats, device)
-        row = {"model": args.model, "atoms": len(atoms), **times}
-        row["nvdd_md_over_theirs"] = times["nvdd_md"] / times["theirs_force"]
-        row["ase_over_theirs"] = times["nvdd_ase_md"] / times["theirs_ase_md"]
-        row["max_abs_dF"] = float(np.abs(force_ours.results["forces"] - their_forces).max())
+        try:
+            row = size_row(wrapper, theirs, ours, atoms, args)
+        except torch.OutOfMemoryError:  # a size that does not fit ends its row, not the run
+            row = {"model": args.model, "atoms": len(atoms), "error": "out of GPU memory"}
+            print(f"{args.model:10} {len(atoms):6d} out of GPU memory", flush=True)
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         rows.append(row)
-    print(
-        f"{'model':10} {'atoms':>6} {'theirs F ms':>12} {'nvdd MD ms':>11} {'ratio':>6} "
-        f"{'their ASE ms':>13} {'nvdd ASE ms':>12} {'ratio':>6} {'max|dF|':>8}"
-    )
-    for r in rows:
-        print(
-            f"{r['model']:10} {r['atoms']:6d} {1e3 * r['theirs_force']:12.1f} "
-            f"{1e3 * r['nvdd_md']:11.1f} {r['nvdd_md_over_theirs']:6.3f} "
-            f"{1e3 * r['theirs_ase_md']:13.1f} {1e3 * r['nvdd_ase_md']:12.1f} "
-            f"{r['ase_over_theirs']:6.3f} {r['max_abs_dF']:8.1e}"
-        )
     write_json(args.json, {"args": vars(args), "machine": machine(), "rows": rows})
 
 

@@ -178,6 +178,7 @@ def test_aimnet2_example() -> None:
     assert abs(charge - 1) < 1e-4 and error < 1e-8
 
 
+@pytest.mark.slow  # 15 s on 2 cores; test_aimnet2_example keeps an AIMNet2 example in CI
 @pytest.mark.aimnet
 @pytest.mark.skipif(importlib.util.find_spec("aimnet") is None, reason="needs aimnet")
 def test_aimnet2_lattice_example() -> None:

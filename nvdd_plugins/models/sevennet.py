@@ -17,9 +17,10 @@ float32, as sevenn computes; `dtype=torch.float64` converts them (exact comparis
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from unittest import mock
 
@@ -129,7 +130,8 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
 
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no SevenNet checkpoint at {os.fspath(path)!r}")
-        model = load_checkpoint(os.fspath(path)).build_model()
+        with eager_e3nn():
+            model = load_checkpoint(os.fspath(path)).build_model()
         return cls(model.to(dtype).eval(), modality)
 
     def check_species(self, numbers: torch.Tensor) -> None:
@@ -177,6 +179,21 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
 
         n_layers = sum(isinstance(m, IrrepsConvolution) for m in self.model.modules())
         return for_strategy(sevennet_spec(n_layers=n_layers), strategy)
+
+
+@contextlib.contextmanager
+def eager_e3nn() -> Iterator[None]:
+    """Build sevenn's modules with e3nn's jit mode "eager", whatever the process's global mode
+    is (building a nequip model sets it to "script"): scripted e3nn modules hold
+    ScriptFunctions, which cannot be pickled (LAMMPS model files, spawned ranks) nor compiled."""
+    import e3nn
+
+    mode = e3nn.get_optimization_defaults()["jit_mode"]
+    e3nn.set_optimization_defaults(jit_mode="eager")
+    try:
+        yield
+    finally:
+        e3nn.set_optimization_defaults(jit_mode=mode)
 
 
 def pretrained_sevennet_path(name: str) -> str:
@@ -282,6 +299,6 @@ def random_sevennet(
             keys.SCALE: [1.0] * n if scale is None else [float(s) for s in scale],
         }
     )
-    with seeded_weights(seed):
+    with seeded_weights(seed), eager_e3nn():
         model = build_E3_equivariant_model(config)
     return model.to(dtype)

@@ -15,7 +15,6 @@ if (reason := missing_lammps()) is not None:
     pytest.skip(reason, allow_module_level=True)
 pytest.importorskip("sevenn")
 
-import e3nn
 
 from lammps_interface import MLIAPModel
 from nvdd_plugins.models import SevenNetWrapper
@@ -34,14 +33,7 @@ CASES = {"sevennet_bulk": "bulk_mix", "sevennet_slab": "slab_mix"}
 def sevennet_run(request, tmp_path_factory, systems: dict[str, LammpsSystem]) -> Run:
     n_ranks = request.param
     directory = tmp_path_factory.mktemp(f"sevennet_np{n_ranks}")
-    # building a nequip model sets e3nn's global jit mode to "script" (the nequip tests may run
-    # first in this process), and sevenn's modules built then hold unpicklable ScriptFunctions
-    jit_mode = e3nn.get_optimization_defaults()["jit_mode"]
-    e3nn.set_optimization_defaults(jit_mode="eager")
-    try:
-        model = MLIAPModel(SevenNetWrapper(tiny_sevennet()), ["Ar", "Cu"])
-    finally:
-        e3nn.set_optimization_defaults(jit_mode=jit_mode)
+    model = MLIAPModel(SevenNetWrapper(tiny_sevennet()), ["Ar", "Cu"])
     model.pickle(directory / "sevennet.pkl")
     cases = {case: systems[system] for case, system in CASES.items()}
     return attached_model_run(Path(directory), "sevennet.pkl", cases, n_ranks)

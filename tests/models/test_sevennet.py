@@ -69,3 +69,19 @@ def test_spec_marks_message_gather_and_survives_a_json_round_trip(tmp_path) -> N
     assert spec.n_layers == 2
     spec.save(tmp_path / "sevennet.json")
     assert MLIPSpec.load(tmp_path / "sevennet.json").to_dict() == spec.to_dict()
+
+
+def test_built_eagerly_whatever_e3nn_global_jit_mode() -> None:
+    """A nequip model built earlier in the process leaves e3nn's jit mode at "script"; sevenn
+    models built afterwards still pickle (LAMMPS model files, spawned ranks)."""
+    import pickle
+
+    import e3nn
+
+    mode = e3nn.get_optimization_defaults()["jit_mode"]
+    e3nn.set_optimization_defaults(jit_mode="script")
+    try:
+        pickle.dumps(SevenNetWrapper(tiny_sevennet()))
+        assert e3nn.get_optimization_defaults()["jit_mode"] == "script"
+    finally:
+        e3nn.set_optimization_defaults(jit_mode=mode)

@@ -125,9 +125,9 @@ def _run(
     return check.steps, dd.model.domain.migrated
 
 
-# CI draws 20 gases a run (a fresh random sample each time), test-all 40
+# CI draws 10 gases a run (a fresh random sample each time), test-all 40
 @settings(
-    max_examples=40 if all_tests() else 20,
+    max_examples=40 if all_tests() else 10,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
