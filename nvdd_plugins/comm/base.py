@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -98,12 +99,37 @@ class Communicator(ABC):
         return None (one collective of row counts, then point-to-point messages)."""
         if dst is None:
             order = torch.argsort(torch.cat(self.all_gather(ids)))
-            return {n: torch.cat(self.all_gather(v))[order] for n, v in fields.items()}
+            return {n: v[order] for n, v in self.all_gather_rows(fields).items()}
         rows = self._rows_to(dst, [ids, *fields.values()])
         if rows is None:
             return None
         order = torch.argsort(rows[0])
         return {name: value[order] for name, value in zip(fields, rows[1:], strict=True)}
+
+    def all_reduce_sums(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each of `tensors` summed over all ranks (collective): one all-reduce per dtype,
+        the tensors of a dtype side by side."""
+        summed = {}
+        for names in _names_by_dtype(tensors):
+            flat = torch.cat([tensors[n].reshape(-1) for n in names])
+            parts = self.all_reduce(flat, "sum").split([tensors[n].numel() for n in names])
+            for name, part in zip(names, parts, strict=True):
+                summed[name] = part.reshape(tensors[name].shape)
+        return summed
+
+    def all_gather_rows(self, fields: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every rank's rows of `fields` (one row count per rank), concatenated in rank
+        order (collective): one all-gather per dtype, the fields of a dtype side by side."""
+        gathered = {}
+        for names in _names_by_dtype(fields):
+            flat = [
+                fields[n].reshape(len(fields[n]), math.prod(fields[n].shape[1:])) for n in names
+            ]
+            rows = torch.cat(self.all_gather(torch.cat(flat, dim=1)))
+            widths = [part.shape[1] for part in flat]
+            for name, part in zip(names, rows.split(widths, dim=1), strict=True):
+                gathered[name] = part.reshape(-1, *fields[name].shape[1:])
+        return gathered
 
     def _rows_to(self, dst: int, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
         """Each of `tensors` (one row count per rank) concatenated over the ranks in rank
@@ -162,3 +188,11 @@ class Communicator(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(rank={self.rank}, size={self.size})"
+
+
+def _names_by_dtype(tensors: Mapping[str, torch.Tensor]) -> list[list[str]]:
+    """The names of `tensors` grouped by dtype, in their order."""
+    groups: dict[torch.dtype, list[str]] = {}
+    for name, value in tensors.items():
+        groups.setdefault(value.dtype, []).append(name)
+    return list(groups.values())

@@ -11,20 +11,16 @@ from nvdd_plugins.distributed_model.evaluation.call_rules import (
     has_rows,
     is_opaque,
 )
-from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
-from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves
 from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.health import NonFiniteError
 from nvdd_plugins.distributed_model.evaluation.interception import REBIND_RULE, SENTINEL_RULE
-from nvdd_plugins.distributed_model.evaluation.shells import PerLayerRefresh, Shell, ThickShell
+from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.layouts.chunked import ChunkedEvaluator
 from nvdd_plugins.distributed_model.layouts.given_rows import GivenRowsModel
-from nvdd_plugins.distributed_model.layouts.model import DistributedModel, SubdomainModel
+from nvdd_plugins.distributed_model.layouts.model import DistributedModel
 from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.layouts.replicated import ReplicatedModel
-from nvdd_plugins.distributed_model.rows.chunk_grid import ChunkPlan
-from nvdd_plugins.distributed_model.rows.domain import HaloDomain
-from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 
@@ -33,26 +29,18 @@ __all__ = [
     "SENTINEL_RULE",
     "CallKind",
     "CallRules",
-    "ChunkPlan",
     "ChunkedEvaluator",
     "DistributedModel",
     "GivenRowsModel",
-    "GraphDomain",
-    "HaloDomain",
-    "HaloEngine",
     "HaloView",
     "Leaves",
     "NonFiniteError",
     "OneProcessEvaluator",
     "Padding",
-    "PerLayerRefresh",
     "ReplicatedModel",
-    "Shell",
     "StaleTargets",
-    "SubdomainModel",
     "ThickShell",
     "ViewRows",
-    "Wanted",
     "has_rows",
     "is_opaque",
     "padded_view",

@@ -21,8 +21,6 @@ from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
 from nvdd_plugins.models.heat_flux import (
     HEAT_FLUX_TENSORS,
     heat_flux_parts,
-    receptive_layers,
-    unfolded_heat_flux_tensors,
 )
 from nvdd_plugins.models.lennard_jones import SPEC_LJ_HALO, LennardJonesModel
 from nvdd_plugins.models.loading import LOADERS, install_load_hint
@@ -34,7 +32,7 @@ from nvdd_plugins.models.nequip_builders import random_allegro, random_nequip
 from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.requested import asked_for, asking_for
-from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel, rigid_ion_spec
+from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel
 from nvdd_plugins.models.sevennet import (
     SevenNetArchitecture,
     SevenNetWrapper,
@@ -100,10 +98,7 @@ __all__ = [
     "random_nequip",
     "random_sevennet",
     "random_uma",
-    "receptive_layers",
-    "rigid_ion_spec",
     "save_uma_checkpoint",
     "spec_union",
     "uma_config",
-    "unfolded_heat_flux_tensors",
 ]

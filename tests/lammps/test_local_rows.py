@@ -38,7 +38,7 @@ def _lammps_like(comm, model, atoms):
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
     padded = torch.cat([rows_forces, rows_forces.new_zeros(view.n_rows - view.n_local, 3)])
     owner_forces = sum_ghosts_into_owners(padded, view.slot(comm))[: view.n_owned]
-    return ids, owner_forces, virial, result["energy"]
+    return ids, owner_forces, virial, comm.all_reduce(result["energy"], "sum")
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
@@ -82,7 +82,8 @@ def _listed_steps(comm, model, atoms, moves):
             [result["forces"], result["forces"].new_zeros(view.n_rows - view.n_local, 3)]
         )
         forces = sum_ghosts_into_owners(padded, view.slot(comm))[: view.n_owned]
-        steps.append((view is previous, ids, forces, result["energy"]))
+        energy = comm.all_reduce(result["energy"], "sum")  # each rank's is its partial
+        steps.append((view is previous, ids, forces, energy))
         previous = view
     return steps
 
@@ -149,7 +150,7 @@ def _given_rows_steps(comm, model, atoms, splits):
         n_owned = int(mine.sum())
         view = layout.view(n_owned, positions[ids], numbers[ids], ids)
         result = layout(view, positions[ids], torch.zeros(1, 3, 3, dtype=positions.dtype))
-        steps.append((ids, result["forces"], result["energy"]))
+        steps.append((ids, result["forces"], comm.all_reduce(result["energy"], "sum")))
     return steps
 
 
@@ -173,3 +174,35 @@ def test_a_rank_whose_atoms_all_leave_keeps_computing_exactly() -> None:
             forces.index_add_(0, ids, rows_forces)
             assert abs(float(energy[0] - ref["energy"][0])) < 1e-10 * len(atoms)
         assert float((forces - ref["forces"]).abs().max()) < FORCES_TOL, f"step {step}"
+
+
+def test_a_steady_call_issues_one_all_reduce_the_layout_check() -> None:
+    """Between layout changes a call all-reduces only the layout status: LAMMPS sums the
+    energies over ranks itself, so the engine's energy all-reduce would be one collective
+    per step more than `DomainParallel`'s step."""
+    model, atoms = lj_model(), SYSTEMS["bulk"]()
+
+    def all_reduces_per_call(comm) -> list[int]:
+        calls = []
+        original = comm.all_reduce
+
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return original(*args, **kwargs)
+
+        comm.all_reduce = counted
+        layout = GivenRowsModel(model, comm, padding_species=18)
+        positions = torch.tensor(atoms.positions, dtype=torch.float64)
+        mine = (positions[:, 0] < positions[:, 0].median()) == (comm.rank == 0)
+        ids = torch.cat([torch.nonzero(mine).flatten(), torch.nonzero(~mine).flatten()])
+        rows, numbers = positions[ids], torch.full((len(ids),), 18)
+        counts = []
+        for _ in range(3):
+            calls.clear()
+            view = layout.view(int(mine.sum()), rows, numbers, ids)
+            layout(view, rows, torch.zeros(1, 3, 3, dtype=torch.float64))
+            counts.append(len(calls))
+        return counts
+
+    for counts in run_simulated(2, all_reduces_per_call):
+        assert counts[1:] == [1, 1], counts

@@ -86,13 +86,15 @@ class HaloEngine:
         cell: torch.Tensor,
         pbc: torch.Tensor,
         wanted: Wanted,
+        summed_over_ranks: bool = True,
     ) -> RowResults:
         """The model on `view` with every row's position `rows` (built from `leaf`, the
         positions forces are taken against when it requires grad); energy and stress are
         this rank's owned partials summed over ranks. `wanted.stresses`: also this rank's
         share of dE/dr per edge slot (`RowResults.pair_gradients`) and the per-atom
         "stresses" it gives (ghost rows owed to their owners); `wanted.heat_flux`: per-atom
-        heat-flux tensors, likewise (the view must image every periodic axis)."""
+        heat-flux tensors, likewise (the view must image every periodic axis). Without
+        `summed_over_ranks`, energy and stress are this rank's partials (no collective)."""
         cell = cell.detach()
         flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
         if self.chunks is not None:
@@ -107,7 +109,9 @@ class HaloEngine:
             )
         owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
-        return consolidate(self.spec, self.comm, out, owned_energy, derived, checking)
+        return consolidate(
+            self.spec, self.comm, out, owned_energy, derived, checking, summed_over_ranks
+        )
 
     def _flux_taps(self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor) -> FluxTaps:
         """The heat flux's record of the forward on `view`, or a clear error where it is

@@ -81,10 +81,13 @@ def consolidate(
     partial: torch.Tensor,
     derived: dict[str, torch.Tensor],
     checking: bool,
+    summed_over_ranks: bool = True,
 ) -> RowResults:
     """Detached results, each output by its OutputKind: per-atom ones kept per row, the rest
     consolidated by the kind's collective. `checking`: also check that a model
-    differentiating its own energy sums its per-atom energies."""
+    differentiating its own energy sums its per-atom energies. Without `summed_over_ranks`
+    the sums over ranks are left to the caller: energy, stress and per-system sums are this
+    rank's partials (a front end that adds them itself, as LAMMPS does, spares a collective)."""
     if spec.gradient_outputs and "energy" in out and checking:
         model_energy = out["energy"].detach().sum()
         if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
@@ -95,12 +98,13 @@ def consolidate(
             )
     per_row: dict[str, torch.Tensor] = {}
     reduced: dict[str, torch.Tensor] = {}
+    summed: dict[str, torch.Tensor] = {}  # summed over ranks in one collective at the end
 
     def add(kind: OutputKind, name: str, value: torch.Tensor) -> None:
         if isinstance(kind.collective, SliceOwned):  # each layout picks its rows
             per_row[name] = value.detach()
-        elif isinstance(kind.collective, AllReduceSum):
-            reduced[name] = comm.all_reduce(value.detach(), "sum")
+        elif isinstance(kind.collective, AllReduceSum) and summed_over_ranks:
+            summed[name] = value.detach()
         else:
             reduced[name] = value.detach()
 
@@ -124,6 +128,8 @@ def consolidate(
         if name in derived:
             per_row[name] = derived[name].detach()
             gradient_outputs = gradient_outputs | {name}
+    if summed:
+        reduced.update(comm.all_reduce_sums(summed))
     pair_gradients = derived.get("pair_gradients")
     pair_gradients = None if pair_gradients is None else pair_gradients.detach()
     return RowResults(per_row, reduced, gradient_outputs, pair_gradients)

@@ -131,7 +131,8 @@ class GivenRowsModel:
     ) -> dict[str, torch.Tensor]:
         """Energy and forces with every local row's position given (collective).
 
-        "forces" covers all local rows: on a ghost row, the contribution owed to its owner,
+        "energy" is this rank's owned partial (not summed over ranks). "forces" covers all
+        local rows: on a ghost row, the contribution owed to its owner,
         so the rows also give the virial as sum(x * f). Forces come from autograd of the
         owned partial energy, so the model's energies must be differentiable. With
         `pair_gradients`, also "pair_gradients": this rank's share of dE/dr for each edge
@@ -146,7 +147,8 @@ class GivenRowsModel:
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = torch.zeros(1, 3, dtype=torch.bool, device=positions.device)  # no host copy
         wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
-        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted)
+        # the front end sums energies over ranks itself: no all-reduce of them here
+        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, summed_over_ranks=False)
         out = results.for_local_rows(view)
         if results.pair_gradients is not None:
             out["pair_gradients"] = results.pair_gradients

@@ -29,6 +29,7 @@ class ReplicatedModel(SubdomainModel):
 
     _owned_ids: torch.Tensor | None = None  # of the last rebuild
     _owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
+    _order: torch.Tensor | None = None  # the rows all ranks' owned atoms gather to, by id
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
@@ -46,6 +47,7 @@ class ReplicatedModel(SubdomainModel):
             ids = self.domain.select_owned(full.positions, full.cell[0])
             owned = full.select_nodes(ids)
             self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
+            self._order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
             self.rebuild(self._owned(full))
         return self.evaluate_fixed(full, properties)
 
@@ -68,7 +70,9 @@ class ReplicatedModel(SubdomainModel):
             for k, v in local.items()
             if kinds.get(k) is OutputKind.PER_NODE or k == HEAT_FLUX_TENSORS
         }
-        return {**local, **self.comm.gather_by_id(owned.global_ids, per_node)}
+        assert self._order is not None
+        gathered = self.comm.all_gather_rows(per_node)  # one collective, the order known
+        return {**local, **{name: value[self._order] for name, value in gathered.items()}}
 
     def _owned(self, full: Batch) -> Batch:
         """The owned atoms of `full` (those of the last rebuild) with their global ids;
