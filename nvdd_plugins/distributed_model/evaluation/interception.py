@@ -186,12 +186,22 @@ class HaloInterceptionMode(TorchFunctionMode):
     def _check_sentinels(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         index = self.rules.row_index(func, args, kwargs)
         if (
-            isinstance(index, torch.Tensor)
-            and not index.is_floating_point()
-            and index.dtype != torch.bool
-            and index.numel()
-            and int(index.max()) >= self.ctx.n_rows
+            not isinstance(index, torch.Tensor)
+            or index.is_floating_point()
+            or index.dtype == torch.bool
+            or not index.numel()
         ):
-            raise DistributionRuleError(
-                f"index {int(index.max())} is out of range: {SENTINEL_RULE}"
-            )
+            return
+        largest = int(_distinct_entries(index).max())
+        if largest >= self.ctx.n_rows:
+            raise DistributionRuleError(f"index {largest} is out of range: {SENTINEL_RULE}")
+
+
+def _distinct_entries(index: torch.Tensor) -> torch.Tensor:
+    """`index` without its broadcast dimensions (stride 0: one value repeated), so that a
+    reduction over it does not materialise the expansion (an edge index expanded over a
+    message's features is as large as the message)."""
+    for dim, (size, stride) in enumerate(zip(index.shape, index.stride(), strict=True)):
+        if stride == 0 and size > 1:
+            index = index.narrow(dim, 0, 1)
+    return index
