@@ -1,8 +1,11 @@
 """compile=True on a GPU, alone and with CUDA graphs (cuda_graphs=True): the compiled steps
 equal the eager ones (float64, to the rounding of GPU atomics), across rebuilds, with no
-graph compiled after the warm-up and, with graphs, a capture per view."""
+graph compiled after the warm-up and, with graphs, a capture per view; for LJ and for MACE
+with cuEquivariance's fused kernels."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import pytest
 import torch
@@ -21,10 +24,11 @@ pytestmark = [
 WARM_UP, STEPS, DT_FS = 10, 40, 2.0
 
 
-def _run(compile_: bool, graphs: bool) -> tuple[torch.Tensor, int, int, int]:
+def _run(
+    model: torch.nn.Module, compile_: bool, graphs: bool
+) -> tuple[torch.Tensor, int, int, int]:
     """Positions after WARM_UP + STEPS steps; graphs compiled after the warm-up, rebuilds,
     captures."""
-    model = lj_model().to("cuda")
     config = DomainConfig(
         cutoff=model.cutoff,
         skin=MD_SKIN,
@@ -44,9 +48,30 @@ def _run(compile_: bool, graphs: bool) -> tuple[torch.Tensor, int, int, int]:
 @pytest.mark.parametrize("graphs", [False, True])
 def test_compiled_steps_equal_eager_ones(graphs: bool) -> None:
     torch._dynamo.reset()
-    eager, _, eager_rebuilds, _ = _run(False, False)
-    compiled, new_graphs, rebuilds, captures = _run(True, graphs)
+    model = lj_model().to("cuda")
+    eager, _, eager_rebuilds, _ = _run(model, False, False)
+    compiled, new_graphs, rebuilds, captures = _run(model, True, graphs)
     assert rebuilds == eager_rebuilds >= 2
     assert new_graphs == 0
     assert captures >= (2 if graphs else 0)
+    assert float((compiled - eager).abs().max()) < 1e-9
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cuequivariance_ops_torch") is None
+    or importlib.util.find_spec("mace") is None,
+    reason="needs mace-torch and cuequivariance-ops-torch",
+)
+def test_compiled_cueq_mace_steps_equal_eager_ones() -> None:
+    """The copy prepared for compiling keeps every buffer on the GPU (deep-copying
+    cuEquivariance's fx graphs put their constants on the CPU)."""
+    from nvdd_plugins.models import MACEWrapper
+    from tests.helpers.mace_models import tiny_mace
+
+    torch._dynamo.reset()
+    model = MACEWrapper(tiny_mace().to("cuda"), cuequivariance=True)
+    eager, _, eager_rebuilds, _ = _run(model, False, False)
+    compiled, new_graphs, rebuilds, _ = _run(model, True, True)
+    assert rebuilds == eager_rebuilds >= 2
+    assert new_graphs == 0
     assert float((compiled - eager).abs().max()) < 1e-9
