@@ -37,7 +37,7 @@ MODES = {
 
 def mode_row(model: torch.nn.Module, n_atoms: int, mode: str, args: argparse.Namespace) -> dict:
     """Warm-up seconds, seconds per step and graphs compiled after the warm-up of one mode."""
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     wrapper = MACEWrapper(model)
     config = DomainConfig(cutoff=wrapper.cutoff, skin=args.skin, **MODES[mode])
     dd = DomainParallel(NVE(wrapper, 1.0), config)
@@ -68,9 +68,12 @@ def main() -> None:
     parser.add_argument("--skin", type=float, default=0.5)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--preset", default="small", choices=["tiny", "small", "medium"])
+    parser.add_argument("--device", default="cuda", help="cpu: a dry run of the script")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    model = in_backend(mace_model("small", (29,), torch.float32), args.backend).to("cuda")
+    # converted on the GPU: mace fuses the cuEquivariance convolution only there
+    model = in_backend(mace_model(args.preset, (29,), torch.float32).to(args.device), args.backend)
     rows: list[dict[str, Any]] = []
     for n_atoms in args.atoms:
         row: dict[str, Any] = {"atoms": n_atoms}

@@ -187,7 +187,8 @@ def main() -> None:
     with clock.phase("setup: model, conversion, crystal"):
         from nvdd_plugins.models.cueq import to_cuequivariance
 
-        model = to_cuequivariance(mace_model(args.preset, (29,), torch.float32)).to(device)
+        # converted on the GPU: mace fuses the cuEquivariance convolution only there
+        model = to_cuequivariance(mace_model(args.preset, (29,), torch.float32).to(device))
         batch = fcc_batch(args.atoms, LATTICE, (29,), torch.float32, device, 300.0)
     clock.watch_cuequivariance()
     for part in args.order.split(","):

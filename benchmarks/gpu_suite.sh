@@ -30,6 +30,15 @@ step overhead_mace 200 distributed_overhead.py --models mace --sizes 100000 --de
     --dtype float32 --repeats 3 --ranks
 step compile_mace 300 distributed_overhead.py --models mace --sizes 10000 --device cuda \
     --dtype float32 --repeats 10 --compile --ranks
+# compile=True against eager (with and without CUDA graphs), MACE cuEq: 200 steps at 11k for
+# the recompile count over several rebuilds; the first step at 108k with nvdd first in a fresh
+# process and a fresh cuEquivariance kernel cache
+step compiled_md_small 300 compiled_md_step.py --atoms 10976 --steps 200 \
+    --modes eager+auto compiled compiled+auto
+step compiled_md_large 300 compiled_md_step.py --atoms 108000 --steps 20 \
+    --modes eager+auto compiled compiled+auto
+CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR=$(mktemp -d) step first_step_nvdd_first 200 first_step.py \
+    --atoms 108000 --order nvdd,plain
 step mace_scaling 240 mace_scaling.py --device cuda --sizes 10000 100000 --largest
 step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda --steps 5
 # MACE + cuEquivariance (needs cuequivariance-torch and its cu13 ops importable)
