@@ -235,7 +235,8 @@ class DomainDecomposedCalculator(Calculator):
         result = self._evaluate(batch, _wanted(properties, has_volume, self.comm.size))
         energy = float(result["energy"].cpu().sum())
         forces, energies = result["forces"].cpu(), result["energies"].cpu()
-        # on the host copies: no kernels, no collective (every rank holds every result)
+        # on the host copies, no kernels; every rank holds every result, so all decide alike
+        # and only a failing call gathers (the report)
         if not (math.isfinite(energy) and bool(torch.isfinite(forces).all())):
             raise self.replicated_model.non_finite_error(energies, forces)
         self.results = {

@@ -19,7 +19,6 @@ __all__ = [
     "non_finite_error",
     "non_finite_kinds",
     "non_finite_report",
-    "non_finite_rows",
     "rebuild_status",
 ]
 
@@ -82,15 +81,9 @@ def non_finite_error(
 ) -> NonFiniteError:
     """The error every rank raises once some rank is flagged (collective: one all-gather of
     what each rank found among its atoms, named by `labels`, with their `kinds`)."""
-    found = comm.all_gather(non_finite_rows(labels, kinds))
-    return raised_on_every_rank(NonFiniteError(non_finite_report(found, what)))
-
-
-def non_finite_rows(labels: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
-    """What one rank found: (k, 2) int64 on the host, the label and `non_finite_kinds` of
-    each of its atoms with something non-finite."""
     bad = kinds != 0
-    return torch.stack([labels[bad].long(), kinds[bad].long()], dim=1).cpu()
+    found = torch.stack([labels[bad].long(), kinds[bad].long()], dim=1).cpu()
+    return raised_on_every_rank(NonFiniteError(non_finite_report(comm.all_gather(found), what)))
 
 
 def non_finite_report(found: Sequence[torch.Tensor], what: str = "atoms") -> str:
@@ -98,14 +91,9 @@ def non_finite_report(found: Sequence[torch.Tensor], what: str = "atoms") -> str
     its `non_finite_kinds`): the ranks whose atoms have non-finite energies, where it came
     from, then those whose atoms have non-finite forces only (message passing spreads a
     NaN energy to its neighbours' forces, on other ranks too), or positions only."""
+    kinds = (("energies", _ENERGY), ("forces only", _FORCE), ("positions only", _POSITION))
     parts = [
-        f"non-finite {name} on {ranks}"
-        for name, bit, excluded in (
-            ("energies", _ENERGY, 0),
-            ("forces only", _FORCE, _ENERGY),
-            ("positions only", _POSITION, _ENERGY | _FORCE),
-        )
-        if (ranks := _by_rank(found, bit, excluded, what))
+        f"non-finite {name} on {on}" for name, bit in kinds if (on := _by_rank(found, bit, what))
     ]
     where = " — ".join(parts) or "non-finite total energy (no atom's own energy, force or position)"
     return (
@@ -115,13 +103,13 @@ def non_finite_report(found: Sequence[torch.Tensor], what: str = "atoms") -> str
     )
 
 
-def _by_rank(found: Sequence[torch.Tensor], bit: int, excluded: int, what: str) -> str:
-    """Per rank, the labels of its atoms whose kinds have `bit` and none of `excluded`
-    (the ten lowest, and how many more)."""
+def _by_rank(found: Sequence[torch.Tensor], bit: int, what: str) -> str:
+    """Per rank, the labels of its atoms whose lowest kind is `bit` (an atom is listed once,
+    under the first of energy, force, position): the ten lowest, and how many more."""
     parts = []
     for rank, rows in enumerate(found):
         kinds = rows[:, 1]
-        labels = sorted(rows[:, 0][((kinds & bit) != 0) & ((kinds & excluded) == 0)].tolist())
+        labels = sorted(rows[:, 0][((kinds & bit) != 0) & ((kinds & (bit - 1)) == 0)].tolist())
         more = f" and {len(labels) - _SHOWN_IDS} more" if len(labels) > _SHOWN_IDS else ""
         if labels:
             parts.append(f"rank {rank}: {what} {labels[:_SHOWN_IDS]}{more}")

@@ -9,12 +9,10 @@ import torch
 from nvdd_plugins.data import Batch, FieldLevel
 from nvdd_plugins.distributed_model.evaluation.health import (
     NonFiniteError,
+    non_finite_error,
     non_finite_kinds,
-    non_finite_report,
-    non_finite_rows,
 )
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
-from nvdd_plugins.errors import raised_on_every_rank
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import OutputKind
 
@@ -37,7 +35,6 @@ class ReplicatedModel(SubdomainModel):
     _owned_ids: torch.Tensor | None = None  # of the last rebuild
     _owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
     _order: torch.Tensor | None = None  # the rows all ranks' owned atoms gather to, by id
-    _owners: torch.Tensor | None = None  # the rank that computes each atom, by id
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
@@ -55,10 +52,7 @@ class ReplicatedModel(SubdomainModel):
             ids = self.domain.select_owned(full.positions, full.cell[0])
             owned = full.select_nodes(ids)
             self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
-            gathered = self.comm.all_gather(ids)
-            self._order = torch.argsort(torch.cat(gathered))
-            ranks = torch.cat([torch.full_like(part, rank) for rank, part in enumerate(gathered)])
-            self._owners = ranks[self._order].cpu()
+            self._order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
             self.rebuild(self._owned(full))
         return self.evaluate_fixed(full, properties)
 
@@ -88,13 +82,11 @@ class ReplicatedModel(SubdomainModel):
     def non_finite_error(self, energies: torch.Tensor, forces: torch.Tensor) -> NonFiniteError:
         """The error to raise when the last results' per-atom `energies` or `forces` (by
         atom, as returned) are NaN or infinite, naming the atoms by the rank that computed
-        them. No collective: every rank holds the same results, so each raises it alike."""
-        assert self._owners is not None
-        kinds = non_finite_kinds(energies, forces).cpu()
-        labels = torch.arange(len(kinds))
-        owned_by = [self._owners == rank for rank in range(self.comm.size)]
-        found = [non_finite_rows(labels[owned], kinds[owned]) for owned in owned_by]
-        return raised_on_every_rank(NonFiniteError(non_finite_report(found)))
+        them (collective: every rank holds the same results, so all call it alike)."""
+        assert self._owned_ids is not None
+        ids = self._owned_ids.cpu()
+        kinds = non_finite_kinds(energies.cpu()[ids], forces.cpu()[ids])
+        return non_finite_error(self.comm, ids, kinds)
 
     def _owned(self, full: Batch) -> Batch:
         """The owned atoms of `full` (those of the last rebuild) with their global ids;
