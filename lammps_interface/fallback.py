@@ -17,9 +17,9 @@ import torch
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
-from lammps_interface.messages import notify
+from lammps_interface.messages import notify, world
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.comm import LocalCommunicator, Staging
+from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel, ThickShell
 from nvdd_plugins.models import BaseModelMixin
 
@@ -61,6 +61,9 @@ class RedundantBridge:
         dtype: dtype the model computes in.
         n_layers: message-passing layers of the model (1 for pair potentials).
         staging: the host buffers of the model's device (default: the CPU).
+
+    Attributes:
+        comm: LAMMPS's ranks (MPI's world), for the collective check of the results.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class RedundantBridge:
         self.dtype = dtype
         self.n_layers = n_layers
         self.staging = staging if staging is not None else Staging(torch.device("cpu"))
+        self.comm = MPICommunicator(world())
         self._layout: GivenRowsModel | None = None
         self._warned_no_pairs = False
 

@@ -48,6 +48,7 @@ class HaloBridge:
         cuda_graphs: `MLIAPModel`'s `cuda_graphs` (False, True or "auto").
 
     Attributes:
+        comm: LAMMPS's ranks (a local communicator for one rank whose calls replay).
         graphs: the model call's captured graphs (`GraphedRows`) where asked for and where
             they can replay: on a GPU, with one rank (else None).
     """

@@ -13,13 +13,13 @@ from ase.data import atomic_numbers
 
 from lammps_interface.device import DeviceRequest, parse_device, resolve_device
 from lammps_interface.fallback import RedundantBridge
-from lammps_interface.finite import check_finite
 from lammps_interface.halo import HaloBridge
 from lammps_interface.handle import attached
 from lammps_interface.lammps_python import MLIAPUnified
 from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
-from nvdd_plugins.comm import Staging
+from nvdd_plugins.comm import Communicator, Staging
+from nvdd_plugins.distributed_model import any_rank, non_finite_error, non_finite_kinds
 from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
@@ -174,8 +174,9 @@ class MLIAPModel(MLIAPUnified):
             rows = LocalRows.from_data(
                 data, self._numbers, staging, vectors=fallback, pairs=fallback or per_atom_virials
             )
-            results = self._bridge(lmp, staging).evaluate(rows, pair_forces=per_atom_virials)
-            check_finite(results, rows)
+            bridge = self._bridge(lmp, staging)
+            results = bridge.evaluate(rows, pair_forces=per_atom_virials)
+            _check_finite(bridge.comm, results, rows)
             self._write(data, rows, results)
 
     def _bridge(self, lmp: Any, staging: Staging) -> HaloBridge | RedundantBridge:
@@ -237,3 +238,25 @@ class MLIAPModel(MLIAPUnified):
         data.energy = float(results.energies[: rows.nlocal].sum())
         if rows.list_rows.size:  # eatoms is unallocated on a rank without atoms
             data.eatoms = np.ascontiguousarray(results.energies[rows.list_rows])
+
+
+def _check_finite(comm: Communicator, results: RowResults, rows: LocalRows) -> None:
+    """Raise `NonFiniteError` on every rank when any rank's owned rows have a NaN/inf energy
+    or force (collective, every step: one all-reduce of a flag; the rows are looked at on
+    the host, and gathered, only once some rank is flagged)."""
+    if not any_rank(comm, not results.finite):
+        return
+    energies = torch.from_numpy(results.energies[: rows.nlocal])
+    forces = torch.from_numpy(results.forces[: rows.nlocal])
+    what, labels = _owned_labels(rows.nlocal)
+    raise non_finite_error(comm, labels, non_finite_kinds(energies, forces), what)
+
+
+def _owned_labels(nlocal: int) -> tuple[str, torch.Tensor]:
+    """How owned atoms are named, alike on every rank: LAMMPS atom ids through the handle,
+    else local rows."""
+    lmp = attached()
+    if lmp is None:
+        return "local rows", torch.arange(nlocal)
+    ids = lmp.numpy.extract_atom("id", nelem=nlocal) if nlocal else []
+    return "atom ids", torch.as_tensor(np.asarray(ids, dtype=np.int64))

@@ -30,7 +30,7 @@ from nvdd_plugins.comm import (
 )
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
-from nvdd_plugins.distributed_model import NonFiniteError, ReplicatedModel
+from nvdd_plugins.distributed_model import ReplicatedModel
 from nvdd_plugins.errors import is_raised_on_every_rank, raised_on_every_rank
 from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, heat_flux_parts, model_dtype
 
@@ -234,13 +234,16 @@ class DomainDecomposedCalculator(Calculator):
         has_volume = atoms.cell.rank == 3
         result = self._evaluate(batch, _wanted(properties, has_volume, self.comm.size))
         energy = float(result["energy"].cpu().sum())
-        forces = result["forces"].cpu().numpy()
-        _check_finite(energy, forces)  # on the host copy: no kernels, no second sync
+        forces, energies = result["forces"].cpu(), result["energies"].cpu()
+        # on the host copies, no kernels; every rank holds every result, so all decide alike
+        # and only a failing call gathers (the report)
+        if not (math.isfinite(energy) and bool(torch.isfinite(forces).all())):
+            raise self.replicated_model.non_finite_error(energies, forces)
         self.results = {
             "energy": energy,
             "free_energy": energy,
-            "forces": forces,
-            "energies": result["energies"].cpu().numpy(),
+            "forces": forces.numpy(),
+            "energies": energies.numpy(),
         }
         if has_volume and "stress" in result:
             self.results["stress"] = full_3x3_to_voigt_6_stress(result["stress"][0].cpu().numpy())
@@ -312,17 +315,3 @@ def _evaluation_dtype(model: BaseModelMixin, dtype: torch.dtype | None) -> torch
             f"model.to({dtype})"
         )
     return dtype or own or torch.float64
-
-
-def _check_finite(energy: float, forces: np.ndarray) -> None:
-    """Stop at the first NaN/inf (the same decision on every rank: results are replicated)."""
-    bad = np.flatnonzero(~np.isfinite(forces).all(axis=1))
-    if math.isfinite(energy) and not bad.size:
-        return
-    raise raised_on_every_rank(
-        NonFiniteError(
-            f"the model returned energy {energy:g} eV and non-finite forces on atoms "
-            f"{bad[:10].tolist()}{' ...' if bad.size > 10 else ''}: check the model on these "
-            "atoms, lower the time step, or look for overlapping atoms"
-        )
-    )

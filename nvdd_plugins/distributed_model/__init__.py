@@ -13,7 +13,12 @@ from nvdd_plugins.distributed_model.evaluation.call_rules import (
 )
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves
 from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
-from nvdd_plugins.distributed_model.evaluation.health import NonFiniteError
+from nvdd_plugins.distributed_model.evaluation.health import (
+    NonFiniteError,
+    any_rank,
+    non_finite_error,
+    non_finite_kinds,
+)
 from nvdd_plugins.distributed_model.evaluation.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.layouts.chunked import ChunkedEvaluator
@@ -41,8 +46,11 @@ __all__ = [
     "StaleTargets",
     "ThickShell",
     "ViewRows",
+    "any_rank",
     "has_rows",
     "is_opaque",
+    "non_finite_error",
+    "non_finite_kinds",
     "padded_view",
     "require_compilable",
 ]

@@ -120,16 +120,18 @@ def test_a_non_finite_replay_raises_as_an_eager_call_does() -> None:
     atoms.positions[0, 0] += 0.01
     atoms.get_forces()  # captured and replayed
     atoms.positions[3] = np.nan
-    with pytest.raises(NonFiniteError, match="non-finite"):
+    with pytest.raises(
+        NonFiniteError, match=r"^non-finite positions only on rank 0: atoms \[3\]\. "
+    ):
         atoms.get_forces()
     assert calc.graphed_calls.replays == 2
 
 
-def test_non_finite_forces_name_their_atoms() -> None:
+def test_non_finite_results_name_their_atoms() -> None:
     atoms = _hot_atoms()
     atoms.positions[1] = atoms.positions[0]  # LJ at r = 0
     atoms.calc = DomainDecomposedCalculator(lj_model(), skin=MD_SKIN)
-    with pytest.raises(NonFiniteError, match=r"non-finite forces on atoms \[0, 1\]"):
+    with pytest.raises(NonFiniteError, match=r"^non-finite energies on rank 0: atoms \[0, 1\]\. "):
         atoms.get_forces()
 
 

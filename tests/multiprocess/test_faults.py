@@ -17,7 +17,7 @@ pytestmark = pytest.mark.multiprocess
 SCRIPT = Path(__file__).parent / "mpi_scripts" / "faults.py"
 EXPECTED = {
     "raise": r"rank 1 failed on purpose",
-    "nan": r"NonFiniteError",
+    "nan": r"NonFiniteError: (step \d+: )?non-finite energies on rank \d: atoms \[",
     "kill": r"(?i)signal 9|SIGKILL",
 }
 LAUNCHERS = TWO_RANKS

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -50,6 +52,18 @@ def test_a_rank_raising_before_its_calculator_exists_aborts_all() -> None:
     assert code != 0, output
     assert "rank 1 failed before building a calculator" in output
     assert "rank 0 was not stopped" not in output
+
+
+def test_nan_on_one_rank_is_raised_on_every_rank_naming_its_atoms() -> None:
+    code, output = _plain_mpirun("nan", timeout=120)
+    assert code == 0, output
+    raised = sorted(re.findall(r"rank (\d) raised: (.*)", output))
+    assert [rank for rank, _ in raised] == ["0", "1"], output
+    assert raised[0][1] == raised[1][1], output  # the same message on every rank
+    owned = json.loads(re.search(r"rank 1 owns (\[.*\])", output).group(1))
+    assert len(owned) > 10, output
+    expected = f"non-finite energies on rank 1: atoms {owned[:10]} and {len(owned) - 10} more. "
+    assert raised[0][1].startswith(expected), output
 
 
 STRESSES = Path(__file__).parent / "mpi_scripts" / "ase_stresses.py"

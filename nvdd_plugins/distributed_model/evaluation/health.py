@@ -1,18 +1,23 @@
-"""Non-finite numbers in a run: noticed by every rank in the same step, reported with the
-atoms (global ids) and ranks they hit."""
+"""Non-finite numbers in a run: noticed by every rank in the same step, reported alike on
+every rank with the atoms they hit and the ranks that computed them."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from nvdd_plugins.comm import Communicator
+from nvdd_plugins.errors import raised_on_every_rank
 
 __all__ = [
     "NON_FINITE",
     "REBUILD",
     "NonFiniteError",
     "any_non_finite",
-    "invalid_atoms",
+    "any_rank",
+    "non_finite_error",
+    "non_finite_kinds",
     "non_finite_report",
     "rebuild_status",
 ]
@@ -20,6 +25,8 @@ __all__ = [
 REBUILD = 1
 NON_FINITE = 2
 
+# bits of `non_finite_kinds`
+_ENERGY, _FORCE, _POSITION = 1, 2, 4
 _SHOWN_IDS = 10
 
 
@@ -52,34 +59,64 @@ def rebuild_status(
     return int(comm.all_reduce(flag.reshape(1), "max")[0])
 
 
-def invalid_atoms(
-    positions: torch.Tensor, per_atom: tuple[torch.Tensor | None, ...] = ()
+def any_rank(comm: Communicator, flag: bool) -> bool:
+    """Collective: whether `flag` is up on any rank (one all-reduce)."""
+    return bool(comm.all_reduce(torch.tensor([float(flag)]), "max")[0])
+
+
+def non_finite_kinds(
+    energies: torch.Tensor | None = None,
+    forces: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mask of the atoms whose position or `per_atom` value (forces, energies; one row per
-    atom) is NaN or infinite."""
-    invalid = ~torch.isfinite(positions).all(dim=1)
-    for values in per_atom:
-        if values is not None and values.shape[0] == positions.shape[0]:
-            finite = torch.isfinite(values)
-            invalid |= ~(finite.flatten(1).all(dim=1) if finite.dim() > 1 else finite)
-    return invalid
+    """(n,) int64 per atom, from the tensors given (at least one; one row per atom): 1 if
+    its energy, 2 if its force, 4 if its position is NaN or infinite, summed (0: finite)."""
+    given = ((_ENERGY, energies), (_FORCE, forces), (_POSITION, positions))
+    kinds = [bit * ~_rows_finite(values) for bit, values in given if values is not None]
+    return torch.stack(kinds).sum(dim=0)
 
 
-def non_finite_report(
-    comm: Communicator, ids: torch.Tensor, invalid: torch.Tensor, energy: torch.Tensor | None
-) -> str:
-    """The message every rank raises (collective: one all-gather of the bad ids)."""
-    gathered = comm.all_gather(ids[invalid].long().cpu())
-    parts = []
-    for rank, bad in enumerate(gathered):
-        if bad.numel():
-            shown = bad[:_SHOWN_IDS].tolist()
-            more = f" and {bad.numel() - _SHOWN_IDS} more" if bad.numel() > _SHOWN_IDS else ""
-            parts.append(f"rank {rank}: atoms {shown}{more}")
-    where = "; ".join(parts) or "no atom's position or force (only the energy)"
-    value = "" if energy is None else f" (last energy {float(energy.sum()):g} eV)"
+def non_finite_error(
+    comm: Communicator, labels: torch.Tensor, kinds: torch.Tensor, what: str = "atoms"
+) -> NonFiniteError:
+    """The error every rank raises once some rank is flagged (collective: one all-gather of
+    what each rank found among its atoms, named by `labels`, with their `kinds`)."""
+    bad = kinds != 0
+    found = torch.stack([labels[bad].long(), kinds[bad].long()], dim=1).cpu()
+    return raised_on_every_rank(NonFiniteError(non_finite_report(comm.all_gather(found), what)))
+
+
+def non_finite_report(found: Sequence[torch.Tensor], what: str = "atoms") -> str:
+    """The message, from what each rank found (by rank: (k, 2) rows of an atom's label and
+    its `non_finite_kinds`): the ranks whose atoms have non-finite energies, where it came
+    from, then those whose atoms have non-finite forces only (message passing spreads a
+    NaN energy to its neighbours' forces, on other ranks too), or positions only."""
+    kinds = (("energies", _ENERGY), ("forces only", _FORCE), ("positions only", _POSITION))
+    parts = [
+        f"non-finite {name} on {on}" for name, bit in kinds if (on := _by_rank(found, bit, what))
+    ]
+    where = " — ".join(parts) or "non-finite total energy (no atom's own energy, force or position)"
     return (
-        f"non-finite positions, forces or energy{value} — {where}. The model returned NaN/inf "
-        "or the integration blew up: check the model on these atoms, lower the time step, or "
-        "look for overlapping atoms in the initial structure"
+        f"{where}. Non-finite energies mark where it came from (forces spread it to the "
+        "neighbouring atoms, on other ranks too): check the model on these atoms, lower the "
+        "time step, or look for overlapping atoms in the initial structure"
     )
+
+
+def _by_rank(found: Sequence[torch.Tensor], bit: int, what: str) -> str:
+    """Per rank, the labels of its atoms whose lowest kind is `bit` (an atom is listed once,
+    under the first of energy, force, position): the ten lowest, and how many more."""
+    parts = []
+    for rank, rows in enumerate(found):
+        kinds = rows[:, 1]
+        labels = sorted(rows[:, 0][((kinds & bit) != 0) & ((kinds & (bit - 1)) == 0)].tolist())
+        more = f" and {len(labels) - _SHOWN_IDS} more" if len(labels) > _SHOWN_IDS else ""
+        if labels:
+            parts.append(f"rank {rank}: {what} {labels[:_SHOWN_IDS]}{more}")
+    return "; ".join(parts)
+
+
+def _rows_finite(values: torch.Tensor) -> torch.Tensor:
+    """(n,) bool: whether each row of `values` is finite throughout."""
+    finite = torch.isfinite(values.detach())
+    return finite.flatten(1).all(dim=1) if finite.dim() > 1 else finite

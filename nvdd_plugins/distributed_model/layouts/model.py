@@ -18,10 +18,9 @@ from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import (
     NON_FINITE,
     REBUILD,
-    NonFiniteError,
     any_non_finite,
-    invalid_atoms,
-    non_finite_report,
+    non_finite_error,
+    non_finite_kinds,
     rebuild_status,
 )
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
@@ -32,6 +31,7 @@ from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, NeighborConfi
 __all__ = ["DistributedModel", "SubdomainModel"]
 
 _DEFAULT_PROPERTIES = ("energy", "forces")
+_NO_RESULTS: tuple[None, None, None] = (None, None, None)
 
 
 class SubdomainModel(nn.Module):
@@ -85,12 +85,13 @@ class SubdomainModel(nn.Module):
             )
         )
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
-        # the next step
-        self._last_results: tuple[torch.Tensor | None, ...] = (None, None, None)
+        # the next step; forgotten when the owned rows change other than by that step
+        self._last_results: tuple[torch.Tensor | None, ...] = _NO_RESULTS
 
     def setup(self, full: Batch | None) -> None:
         """Fix the decomposition from the full system on rank 0 (collective)."""
         self.domain.setup(full)
+        self._last_results = _NO_RESULTS
 
     def _rebuild_needed(
         self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
@@ -101,8 +102,8 @@ class SubdomainModel(nn.Module):
         stale = self.domain.verlet.stale(positions, cell)
         status = rebuild_status(self.comm, stale, non_finite)
         if status == NON_FINITE:
-            invalid = invalid_atoms(positions, tuple(per_atom))
-            raise NonFiniteError(non_finite_report(self.comm, ids, invalid, energy))
+            forces, energies = per_atom
+            raise non_finite_error(self.comm, ids, non_finite_kinds(energies, forces, positions))
         return status == REBUILD
 
     def image_axes_for(self, properties: Iterable[str]) -> None:
@@ -119,6 +120,7 @@ class SubdomainModel(nn.Module):
         a restored checkpoint's included, comes through here."""
         view = self.domain.build(owned)
         self.engine.rebuilt(owned.cell[0], owned.pbc[0])
+        self._last_results = _NO_RESULTS
         return view
 
     def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,11 @@ from collections.abc import Iterable
 import torch
 
 from nvdd_plugins.data import Batch, FieldLevel
+from nvdd_plugins.distributed_model.evaluation.health import (
+    NonFiniteError,
+    non_finite_error,
+    non_finite_kinds,
+)
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import OutputKind
@@ -73,6 +78,15 @@ class ReplicatedModel(SubdomainModel):
         assert self._order is not None
         gathered = self.comm.all_gather_rows(per_node)  # one collective, the order known
         return {**local, **{name: value[self._order] for name, value in gathered.items()}}
+
+    def non_finite_error(self, energies: torch.Tensor, forces: torch.Tensor) -> NonFiniteError:
+        """The error to raise when the last results' per-atom `energies` or `forces` (by
+        atom, as returned) are NaN or infinite, naming the atoms by the rank that computed
+        them (collective: every rank holds the same results, so all call it alike)."""
+        assert self._owned_ids is not None
+        ids = self._owned_ids.cpu()
+        kinds = non_finite_kinds(energies.cpu()[ids], forces.cpu()[ids])
+        return non_finite_error(self.comm, ids, kinds)
 
     def _owned(self, full: Batch) -> Batch:
         """The owned atoms of `full` (those of the last rebuild) with their global ids;
