@@ -91,6 +91,8 @@ def test_pretrained_on_the_gpu_equals_the_package(name: str, world_size: int) ->
         print(name, rank, report)
         for system, errs in report.items():
             assert errs["energy"] < 1e-5, (rank, system, errs)
-            assert errs["forces"] < 1e-4, (rank, system, errs)
+            # float32 on both sides, summed in different orders: CHGNet's forces differ
+            # by up to 1.4e-4 eV/Å on the slab in one process (a lost halo gives 1e-2)
+            assert errs["forces"] < 5e-4, (rank, system, errs)
             assert errs.get("stress", 0.0) < 1e-5, (rank, system, errs)
             assert errs.get("magmoms", 0.0) < 1e-4, (rank, system, errs)
