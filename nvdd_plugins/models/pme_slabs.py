@@ -183,11 +183,11 @@ def slab_energies(
     local = (points - box[None, :3, None].to(points.device)) % mesh[None, :, None]
     # the box is never held: charges are spread, and the potential read, in send order
     at_sent = routes.slot[flat_indices(local, tuple(box[3:].tolist()))]  # (owned, order³)
-    # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
-    sent = charges.new_zeros(1, routes.slot.numel()).index_add_(
-        1, at_sent.reshape(-1), (owned_charges[:, None] * weights).reshape(1, -1)
+    values = owned_charges[:, None] * weights
+    # a temporary, not a name: `_convolved` frees the slab once it is transformed
+    potential = _convolved(
+        routes.spread_to_slab(values, at_sent), pme, routes.layout, inverse, volume
     )
-    potential = _convolved(_BoxToSlab.apply(sent, routes), pme, routes.layout, inverse, volume)
     at_atoms = (_SlabToBox.apply(potential, routes).reshape(-1)[at_sent] * weights).sum(dim=-1)
     _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
     owned = 0.5 * owned_charges * at_atoms
@@ -209,6 +209,13 @@ class _Routes:
         self.slot, self.targets = slot.int().to(device), targets.int().to(device)
         me = layout.ranks.rank
         self.n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
+
+    def spread_to_slab(self, values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """`values` (n, k) added at the indices `at` (n, k) of this rank's box in send order,
+        then every rank's box into this rank's slab (1, points); differentiable."""
+        # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
+        sent = values.new_zeros(1, self.slot.numel())
+        return _BoxToSlab.apply(sent.index_add_(1, at.reshape(-1), values.reshape(1, -1)), self)
 
     def to_slab(self, sent: torch.Tensor) -> torch.Tensor:
         """The charges of every rank's box (1, points in send order), added into this
