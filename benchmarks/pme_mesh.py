@@ -57,6 +57,13 @@ class CountingCommunicator(Communicator):
         )
         return self.inner.all_to_all(sends, recv_counts, template)
 
+    def all_to_all_single(
+        self, x: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ) -> torch.Tensor:
+        row = x[0].numel() * x.element_size() if x.shape[0] else 0
+        self.sent += row * (sum(send_counts) - send_counts[self.rank])
+        return self.inner.all_to_all_single(x, send_counts, recv_counts)
+
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         # a ring all-reduce sends 2 (P - 1) / P of the tensor from each rank
         self.sent += 2 * (self.size - 1) * tensor.numel() * tensor.element_size() // self.size

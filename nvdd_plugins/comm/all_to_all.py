@@ -19,14 +19,6 @@ from nvdd_plugins.comm.base import Communicator
 __all__ = ["all_to_all_rows"]
 
 
-def _exchange(
-    x: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int], comm: Communicator
-) -> torch.Tensor:
-    blocks = list(torch.split(x, list(send_counts), dim=0))
-    received = comm.all_to_all(blocks, recv_counts, template=x)
-    return torch.cat(received, dim=0) if received else x.new_empty((0, *x.shape[1:]))
-
-
 class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -37,7 +29,7 @@ class _AllToAll(torch.autograd.Function):
         comm: Communicator,
     ) -> torch.Tensor:
         ctx.counts, ctx.comm = (send_counts, recv_counts), comm
-        return _exchange(x.contiguous(), send_counts, recv_counts, comm)
+        return comm.all_to_all_single(x.contiguous(), send_counts, recv_counts)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:

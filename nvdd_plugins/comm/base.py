@@ -83,6 +83,16 @@ class Communicator(ABC):
         received[self.rank] = sends[self.rank].to(template.device)
         return [received.get(q, empty) for q in range(self.size)]
 
+    def all_to_all_single(
+        self, x: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ) -> torch.Tensor:
+        """`all_to_all` of one tensor's rows (collective): `send_counts[q]` rows of `x` in
+        order go to each rank q; returns the `recv_counts[q]` rows from each rank q,
+        concatenated in rank order. A backend that exchanges from and into single buffers
+        overrides it to copy neither."""
+        received = self.all_to_all(list(x.split(list(send_counts))), recv_counts, template=x)
+        return torch.cat(received)
+
     def all_to_all_counts(self, counts: Sequence[int]) -> list[int]:
         """`counts[q]` is what this rank sends to q; returns what each rank sends to this one."""
         if len(counts) != self.size:

@@ -82,6 +82,13 @@ class TimedCommunicator(Communicator):
         with self._clock(template.device):
             return self.inner.all_to_all(sends, recv_counts, template)
 
+    def all_to_all_single(
+        self, x: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ) -> torch.Tensor:
+        """`Communicator.all_to_all_single`, timed."""
+        with self._clock(x.device):
+            return self.inner.all_to_all_single(x, send_counts, recv_counts)
+
     def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
         """`Communicator.all_gather`, timed."""
         with self._clock(tensor.device):

@@ -101,6 +101,25 @@ class TorchDistCommunicator(Communicator):
             )
         return list(received.to(template.device).split(list(recv_counts)))
 
+    def all_to_all_single(
+        self, x: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ) -> torch.Tensor:
+        """`torch.distributed.all_to_all_single` from `x` (copied only to be staged) into
+        one new tensor."""
+        if len(send_counts) != self.size or len(recv_counts) != self.size:
+            raise ValueError(f"need one send and one receive count per rank ({self.size})")
+        staged = self._stage(x)
+        received = staged.new_empty((sum(recv_counts), *x.shape[1:]))
+        with self._watch.call("all_to_all"):
+            dist.all_to_all_single(
+                received,
+                staged,
+                output_split_sizes=list(recv_counts),
+                input_split_sizes=list(send_counts),
+                group=self.group,
+            )
+        return received.to(x.device)
+
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp = "sum") -> torch.Tensor:
         """`torch.distributed.all_reduce` on a copy."""
         staged = self._stage(tensor).clone()

@@ -106,7 +106,7 @@ def _box(points: torch.Tensor, mesh: tuple[int, int, int]) -> torch.Tensor:
     return torch.tensor([a[0] for a in arcs] + [a[1] for a in arcs], dtype=torch.long)
 
 
-def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool = False) -> torch.Tensor:
+def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool) -> torch.Tensor:
     """The spectrum in slabs of the first axis (rank r: planes x[r]..x[r+1], every second-
     axis frequency) redistributed into slabs of the second axis (every first-axis plane),
     or `back`. What is sent along the first axis, and received along it, is contiguous as
@@ -119,15 +119,53 @@ def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool = False) -> t
         send_counts = [(x[q + 1] - x[q]) * real[0].numel() for q in range(ranks.size)]
         shapes = [(x[me + 1] - x[me], y[q + 1] - y[q], *real.shape[2:]) for q in range(ranks.size)]
     else:  # (my x, n1, half, 2) -> (n0, my y, half, 2)
-        blocks = [real[:, y[q] : y[q + 1]].reshape(-1) for q in range(ranks.size)]
-        send, send_counts = torch.cat(blocks), [b.numel() for b in blocks]
+        send_counts = [(y[q + 1] - y[q]) * real[:, 0].numel() for q in range(ranks.size)]
+        send = real.new_empty(real.numel())
+        for block, q in zip(send.split(send_counts), range(ranks.size), strict=True):
+            part = real[:, y[q] : y[q + 1]]
+            block.view(part.shape).copy_(part)
         shapes = [(x[q + 1] - x[q], y[me + 1] - y[me], *real.shape[2:]) for q in range(ranks.size)]
     counts = [math.prod(shape) for shape in shapes]
     got = ranks.all_to_all(send, send_counts, counts)
+    del send
     if back:
         parts = [part.reshape(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
         return torch.view_as_complex(torch.cat(parts, dim=1))
     return torch.view_as_complex(got.reshape(x[-1], y[me + 1] - y[me], *real.shape[2:]))
+
+
+class _Transposed(torch.autograd.Function):
+    """`_transpose` as a differentiable operation that saves nothing: a permutation of the
+    values over the ranks, whose adjoint is its inverse."""
+
+    @staticmethod
+    def forward(ctx: Any, spectrum: torch.Tensor, layout: _Layout, back: bool) -> torch.Tensor:
+        ctx.layout, ctx.back = layout, back
+        return _transpose(spectrum, layout, back)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return _Transposed.apply(grad, ctx.layout, not ctx.back), None, None
+
+
+class _HalfSpectrum(torch.autograd.Function):
+    """`torch.fft.rfft` along the last axis, whose backward allocates no full spectrum."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor) -> torch.Tensor:
+        ctx.n = values.shape[-1]
+        return torch.fft.rfft(values, dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        # the adjoint is irfft with the bins between 0 and n/2 halved (irfft counts each of
+        # them twice, for its conjugate): half of irfft plus half of bins 0 and n/2
+        values = torch.fft.irfft(grad, n=ctx.n, dim=-1, norm="forward")
+        values.add_(grad.real[..., :1])
+        if ctx.n % 2 == 0:
+            values[..., 0::2].add_(grad.real[..., -1:])
+            values[..., 1::2].sub_(grad.real[..., -1:])
+        return values.mul_(0.5)
 
 
 def slab_energies(
@@ -140,18 +178,17 @@ def slab_energies(
     owned_charges, owned_positions = owned_part(charges), owned_part(positions)
     points, weights = pme.stencils(owned_positions, inverse)
     box = _box(points.detach(), pme.mesh)
-    layout = _Layout(pme.mesh, box, ranks)
-    sizes = tuple(box[3:].tolist())
+    routes = _Routes(_Layout(pme.mesh, box, ranks), points.device)
     mesh = torch.tensor(pme.mesh, device=points.device)
     local = (points - box[None, :3, None].to(points.device)) % mesh[None, :, None]
-    at_box = flat_indices(local, sizes).int()  # (owned, order³)
-    # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
-    spread = charges.new_zeros(1, math.prod(sizes)).index_add_(
-        1, at_box.reshape(-1), (owned_charges[:, None] * weights).reshape(1, -1)
+    # the box is never held: charges are spread, and the potential read, in send order
+    at_sent = routes.slot[flat_indices(local, tuple(box[3:].tolist()))]  # (owned, order³)
+    values = owned_charges[:, None] * weights
+    # a temporary, not a name: `_convolved` frees the slab once it is transformed
+    potential = _convolved(
+        routes.spread_to_slab(values, at_sent), pme, routes.layout, inverse, volume
     )
-    routes = _Routes(layout, spread.device)
-    potential = _convolved(routes.to_slab(spread), pme, layout, inverse, volume)
-    at_atoms = (routes.to_box(potential)[0, at_box] * weights).sum(dim=-1)
+    at_atoms = (_SlabToBox.apply(potential, routes).reshape(-1)[at_sent] * weights).sum(dim=-1)
     _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
     owned = 0.5 * owned_charges * at_atoms
     owned = owned + background_energies(owned_charges, total, pme.alpha, volume)
@@ -159,40 +196,84 @@ def slab_energies(
 
 
 class _Routes:
-    """The exchange between the boxes and the slabs, both ways (each other's adjoint)."""
+    """The exchange between the boxes and the slabs, both ways (each other's adjoint). A
+    box travels as its values in the order sent (by destination rank)."""
 
     def __init__(self, layout: _Layout, device: torch.device) -> None:
         self.layout = layout
         sent, self.send_counts = layout.sent()
         targets, self.recv_counts = layout.received()
-        self.sent, self.targets = sent.int().to(device), targets.int().to(device)
-        box = layout.boxes[layout.ranks.rank]
-        self.n_box = box[3] * box[4] * box[5]
+        # every box point is sent once: `slot` inverts that permutation
+        slot = torch.empty_like(sent)
+        slot[sent] = torch.arange(sent.numel())
+        self.slot, self.targets = slot.int().to(device), targets.int().to(device)
+        me = layout.ranks.rank
+        self.n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
 
-    def to_slab(self, spread: torch.Tensor) -> torch.Tensor:
-        """The charges spread on every rank's box, added into this rank's slab (1, points)."""
-        layout, me = self.layout, self.layout.ranks.rank
-        arrived = layout.ranks.all_to_all(spread[0, self.sent], self.send_counts, self.recv_counts)
-        n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
-        return spread.new_zeros(1, n_slab).index_add_(1, self.targets, arrived[None])
+    def spread_to_slab(self, values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """`values` (n, k) added at the indices `at` (n, k) of this rank's box in send order,
+        then every rank's box into this rank's slab (1, points); differentiable."""
+        # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
+        sent = values.new_zeros(1, self.slot.numel())
+        return _BoxToSlab.apply(sent.index_add_(1, at.reshape(-1), values.reshape(1, -1)), self)
+
+    def to_slab(self, sent: torch.Tensor) -> torch.Tensor:
+        """The charges of every rank's box (1, points in send order), added into this
+        rank's slab (1, points)."""
+        ranks = self.layout.ranks
+        arrived = ranks.all_to_all(sent[0], self.send_counts, self.recv_counts)
+        return sent.new_zeros(1, self.n_slab).index_add_(1, self.targets, arrived[None])
 
     def to_box(self, potential: torch.Tensor) -> torch.Tensor:
-        """The potential on this rank's box (1, points) from the slabs holding it."""
+        """The potential on this rank's box (1, points in send order) from the slabs."""
         ranks = self.layout.ranks
-        returned = ranks.all_to_all(potential[0, self.targets], self.recv_counts, self.send_counts)
-        return potential.new_zeros(1, self.n_box).index_add_(1, self.sent, returned[None])
+        values = potential.index_select(1, self.targets)[0]
+        return ranks.all_to_all(values, self.recv_counts, self.send_counts)[None]
+
+
+class _BoxToSlab(torch.autograd.Function):
+    """`_Routes.to_slab`, differentiable without saved tensors (adjoint: `to_box`)."""
+
+    @staticmethod
+    def forward(ctx: Any, sent: torch.Tensor, routes: _Routes) -> torch.Tensor:
+        ctx.routes = routes
+        return routes.to_slab(sent)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return _SlabToBox.apply(grad, ctx.routes), None
+
+
+class _SlabToBox(torch.autograd.Function):
+    """`_Routes.to_box`, differentiable without saved tensors (adjoint: `to_slab`)."""
+
+    @staticmethod
+    def forward(ctx: Any, potential: torch.Tensor, routes: _Routes) -> torch.Tensor:
+        ctx.routes = routes
+        return routes.to_box(potential)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return _BoxToSlab.apply(grad, ctx.routes), None
 
 
 def _convolved(
     slab: torch.Tensor, pme: Any, layout: _Layout, inverse: torch.Tensor, volume: torch.Tensor
 ) -> torch.Tensor:
     """The potential on this rank's slab (1, points) of the charges on it: the distributed
-    FFT, times the kernel, and back."""
+    FFT, times the kernel, and back (linear steps: their backward needs no input)."""
     me, (_, n1, n2) = layout.ranks.rank, layout.mesh
-    shape = (layout.x[me + 1] - layout.x[me], n1, n2)
-    spectrum = torch.fft.fft(torch.fft.rfft(slab.reshape(shape), dim=2), dim=1)
-    spectrum = torch.fft.fft(_transpose(spectrum, layout), dim=0)
-    rows = slice(layout.y[me], layout.y[me + 1])
-    spectrum = torch.fft.ifft(pme.kernel(inverse, volume, rows) * spectrum, dim=0, norm="forward")
-    spectrum = torch.fft.ifft(_transpose(spectrum, layout, back=True), dim=1, norm="forward")
+    # one step a statement: each input is dropped as soon as the next step returns
+    spectrum = _HalfSpectrum.apply(slab.reshape(layout.x[me + 1] - layout.x[me], n1, n2))
+    del slab
+    spectrum = torch.fft.fft(spectrum, dim=1)
+    spectrum = _Transposed.apply(spectrum, layout, False)
+    spectrum = torch.fft.fft(spectrum, dim=0)
+    kernel = pme.kernel(inverse, volume, slice(layout.y[me], layout.y[me + 1]))
+    # times the real kernel as pairs of reals: no complex copy of the kernel
+    spectrum = torch.view_as_complex(torch.view_as_real(spectrum) * kernel[..., None])
+    del kernel
+    spectrum = torch.fft.ifft(spectrum, dim=0, norm="forward")
+    spectrum = _Transposed.apply(spectrum, layout, True)
+    spectrum = torch.fft.ifft(spectrum, dim=1, norm="forward")
     return torch.fft.irfft(spectrum, n=n2, dim=2, norm="forward").reshape(1, -1)
