@@ -188,7 +188,8 @@ def slab_energies(
     potential = _convolved(
         routes.spread_to_slab(values, at_sent), pme, routes.layout, inverse, volume
     )
-    at_atoms = (_SlabToBox.apply(potential, routes).reshape(-1)[at_sent] * weights).sum(dim=-1)
+    at_atoms = _Exchanged.apply(potential, routes, False).reshape(-1)[at_sent]  # no box kept
+    at_atoms = (at_atoms * weights).sum(dim=-1)
     _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
     owned = 0.5 * owned_charges * at_atoms
     owned = owned + background_energies(owned_charges, total, pme.alpha, volume)
@@ -215,7 +216,8 @@ class _Routes:
         then every rank's box into this rank's slab (1, points); differentiable."""
         # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
         sent = values.new_zeros(1, self.slot.numel())
-        return _BoxToSlab.apply(sent.index_add_(1, at.reshape(-1), values.reshape(1, -1)), self)
+        added = sent.index_add_(1, at.reshape(-1), values.reshape(1, -1))
+        return _Exchanged.apply(added, self, True)
 
     def to_slab(self, sent: torch.Tensor) -> torch.Tensor:
         """The charges of every rank's box (1, points in send order), added into this
@@ -231,30 +233,18 @@ class _Routes:
         return ranks.all_to_all(values, self.recv_counts, self.send_counts)[None]
 
 
-class _BoxToSlab(torch.autograd.Function):
-    """`_Routes.to_slab`, differentiable without saved tensors (adjoint: `to_box`)."""
+class _Exchanged(torch.autograd.Function):
+    """`_Routes.to_slab` (`to_slab`) or `_Routes.to_box`, differentiable without saved
+    tensors: each direction is the other's adjoint."""
 
     @staticmethod
-    def forward(ctx: Any, sent: torch.Tensor, routes: _Routes) -> torch.Tensor:
-        ctx.routes = routes
-        return routes.to_slab(sent)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _SlabToBox.apply(grad, ctx.routes), None
-
-
-class _SlabToBox(torch.autograd.Function):
-    """`_Routes.to_box`, differentiable without saved tensors (adjoint: `to_slab`)."""
-
-    @staticmethod
-    def forward(ctx: Any, potential: torch.Tensor, routes: _Routes) -> torch.Tensor:
-        ctx.routes = routes
-        return routes.to_box(potential)
+    def forward(ctx: Any, values: torch.Tensor, routes: _Routes, to_slab: bool) -> torch.Tensor:
+        ctx.routes, ctx.to_slab = routes, to_slab
+        return routes.to_slab(values) if to_slab else routes.to_box(values)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _BoxToSlab.apply(grad, ctx.routes), None
+        return _Exchanged.apply(grad, ctx.routes, not ctx.to_slab), None, None
 
 
 def _convolved(
