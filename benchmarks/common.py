@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 from lj_job import fcc_crystal, maxwell_velocities
@@ -197,3 +199,28 @@ def gloo_reports(world_size: int, port: int, measure: Callable[..., Any], args: 
             start_method="spawn",
         )
         return [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(world_size)]
+
+
+def water_like_box(n_atoms: int, device: torch.device, temperature: float | None = None) -> Batch:
+    """H, C and O (2:1:1) on a jiggled simple cubic lattice at 0.1 atoms/Å³; optional
+    Maxwell-Boltzmann velocities (K) and masses for MD."""
+    side = math.ceil(n_atoms ** (1 / 3))
+    spacing = 0.1 ** (-1 / 3)
+    grid = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    rng = np.random.default_rng(0)
+    positions = (grid[:n_atoms] + rng.normal(scale=0.1, size=(n_atoms, 3))) * spacing
+    numbers = rng.choice([1, 1, 6, 8], size=n_atoms)
+    cell = np.eye(3) * side * spacing
+    node = {
+        "positions": torch.tensor(positions, dtype=torch.float32, device=device),
+        "atomic_numbers": torch.tensor(numbers, device=device),
+    }
+    if temperature is not None:
+        velocities = maxwell_velocities(n_atoms, temperature)
+        node["atomic_masses"] = torch.full((n_atoms,), 40.0, device=device)
+        node["velocities"] = torch.tensor(velocities, dtype=torch.float32, device=device)
+    system = {
+        "cell": torch.tensor(cell, dtype=torch.float32, device=device)[None],
+        "pbc": torch.ones(1, 3, dtype=torch.bool, device=device),
+    }
+    return Batch(node, {}, system, torch.tensor([0, n_atoms], device=device))

@@ -18,14 +18,18 @@ Coulomb term (order 5, `--spacing`, real space `--rc`: the wrapper's cutoff beco
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
-import numpy as np
 import torch
-from common import dd1_step, fcc_batch, interleaved_medians, mace_model, write_json
+from common import (
+    dd1_step,
+    fcc_batch,
+    interleaved_medians,
+    mace_model,
+    water_like_box,
+    write_json,
+)
 
-from nvdd_plugins import Batch
 from nvdd_plugins.models import PME, DFTD3Model, Ewald, MACEWrapper, SumModel
 
 PBE_D3BJ = {"a1": 0.4289, "a2": 4.4407, "s8": 0.7875}
@@ -54,26 +58,6 @@ def mace_d3(args: argparse.Namespace) -> dict[str, Any]:
         f"{1e3 * times['mace+d3']:.1f} ms, ratio {row['ratio']:.3f} (goal <= 1.2)"
     )
     return row
-
-
-def water_like_box(n_atoms: int, device: torch.device) -> Batch:
-    """H, C and O (2:1:1) on a jiggled simple cubic lattice at 0.1 atoms/Å³."""
-    side = math.ceil(n_atoms ** (1 / 3))
-    spacing = 0.1 ** (-1 / 3)
-    grid = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)
-    rng = np.random.default_rng(0)
-    positions = (grid[:n_atoms] + rng.normal(scale=0.1, size=(n_atoms, 3))) * spacing
-    numbers = rng.choice([1, 1, 6, 8], size=n_atoms)
-    cell = np.eye(3) * side * spacing
-    node = {
-        "positions": torch.tensor(positions, dtype=torch.float32, device=device),
-        "atomic_numbers": torch.tensor(numbers, device=device),
-    }
-    system = {
-        "cell": torch.tensor(cell, dtype=torch.float32, device=device)[None],
-        "pbc": torch.ones(1, 3, dtype=torch.bool, device=device),
-    }
-    return Batch(node, {}, system, torch.tensor([0, n_atoms], device=device))
 
 
 def aimnet_pme(args: argparse.Namespace) -> dict[str, Any]:

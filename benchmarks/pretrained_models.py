@@ -15,12 +15,20 @@ compute, one device. Per size, medians of --repeats calls timed in alternation:
   with nvdd's `DomainDecomposedCalculator`.
 
 Ratios nvdd / theirs (goal <= 0.5) and the largest force difference of one call are printed.
+
+    python benchmarks/pretrained_models.py --model sevennet0 --cueq --largest 140608 474552
+
+`--largest`: the sizes at which their calculator's force call is tried (its largest that fits
+is the figure to beat), then NVE steps of nvdd's `ChunkedEvaluator` (chunks sized from the
+free memory) at the `--chunked` sizes (default: 4x their largest): step time, peak memory and
+atoms over their largest.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import math
 import warnings
 from typing import Any
 
@@ -34,9 +42,16 @@ from ase.build import bulk  # noqa: E402
 from ase.calculators.calculator import all_changes  # noqa: E402
 from ase.md.velocitydistribution import thermalize_momenta  # noqa: E402
 from ase.md.verlet import VelocityVerlet  # noqa: E402
-from common import interleaved_medians, machine, write_json  # noqa: E402
+from common import (  # noqa: E402
+    interleaved_medians,
+    machine,
+    median_seconds,
+    peak_gib,
+    reset_memory,
+    write_json,
+)
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel  # noqa: E402
+from nvdd_plugins import Batch, ChunkedEvaluator, DomainConfig, DomainParallel  # noqa: E402
 from nvdd_plugins.ase import DomainDecomposedCalculator  # noqa: E402
 from nvdd_plugins.dynamics import NVE  # noqa: E402
 from nvdd_plugins.models import BaseModelMixin, CHGNetWrapper, SevenNetWrapper  # noqa: E402
@@ -53,14 +68,14 @@ def mgo(n_atoms: int, lattice: float) -> Atoms:
     return atoms
 
 
-def models(name: str, device: str) -> tuple[BaseModelMixin, Any]:
-    """nvdd's wrapper and the package's own calculator, both float32 on `device`."""
+def models(name: str, device: str, cueq: bool) -> tuple[BaseModelMixin, Any]:
+    """nvdd's wrapper and the package's own calculator, both float32 on `device`; `cueq`:
+    SevenNet-0 through sevenn's cuEquivariance tensor products on both sides."""
     if name == "sevennet0":
         from sevenn.calculator import SevenNetCalculator
 
-        return SevenNetWrapper.from_pretrained("7net-0").to(device), SevenNetCalculator(
-            "7net-0", device=device
-        )
+        wrapper = SevenNetWrapper.from_pretrained("7net-0", cueq=cueq).to(device)
+        return wrapper, SevenNetCalculator("7net-0", device=device, enable_cueq=cueq)
     from chgnet.model import CHGNetCalculator
 
     wrapper = CHGNetWrapper.from_pretrained("0.3.0").to(device)
@@ -108,7 +123,7 @@ def size_row(
         "nvdd_ase_md": ase_md_step(ours, atoms),
     }
     times = interleaved_medians(fns, args.repeats, device)
-    r = {"model": args.model, "atoms": len(atoms), **times}
+    r = {"model": args.model, "cueq": args.cueq, "atoms": len(atoms), **times}
     r["nvdd_md_over_theirs"] = times["nvdd_md"] / times["theirs_force"]
     r["ase_over_theirs"] = times["nvdd_ase_md"] / times["theirs_ase_md"]
     r["max_abs_dF"] = float(np.abs(force_ours.results["forces"] - their_forces).max())
@@ -122,6 +137,68 @@ def size_row(
     return r
 
 
+def their_largest(theirs: Any, sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Their force call at each size until one does not fit: time and peak memory."""
+    device = torch.device(args.device)
+    rows = []
+    for n_atoms in sizes:
+        atoms = mgo(n_atoms, LATTICE[args.model])
+        row: dict[str, Any] = {"mode": "theirs", "atoms": len(atoms)}
+        try:
+            reset_memory(device)
+            row["step_s"] = median_seconds(their_force_call(theirs, atoms), args.repeats, device, 1)
+            row["peak_gib"] = peak_gib(device)
+        except torch.OutOfMemoryError:
+            row["step_s"] = "out of memory"
+        reset_memory(device)
+        rows.append(row)
+        print(row, flush=True)
+        if row["step_s"] == "out of memory":
+            break
+    return rows
+
+
+def chunked_row(wrapper: BaseModelMixin, n_atoms: int, args: argparse.Namespace) -> dict[str, Any]:
+    """NVE steps of nvdd's ChunkedEvaluator at `n_atoms`: chunks, step time, peak memory."""
+    device = torch.device(args.device)
+    atoms = mgo(n_atoms, LATTICE[args.model])
+    batch = Batch.from_atoms(atoms).to(device, torch.float32)
+    dynamics = NVE(wrapper, 1.0)
+    evaluator = ChunkedEvaluator(wrapper)
+    dynamics.evaluator = evaluator
+    reset_memory(device)
+    seconds = median_seconds(lambda: dynamics.step(batch), args.repeats, device, 1)
+    plan = evaluator.plan(batch)
+    return {
+        "mode": "nvdd_chunked",
+        "atoms": len(atoms),
+        "chunks": len(plan.rows),
+        "max_rows": evaluator.max_atoms,
+        "step_s": seconds,
+        "peak_gib": peak_gib(device),
+        "finite": bool(torch.isfinite(batch.positions).all()),
+    }
+
+
+def largest(wrapper: BaseModelMixin, theirs: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Their largest force call against nvdd's chunked NVE at the --chunked sizes (default:
+    the smallest crystal of at least 4x their largest)."""
+    rows = their_largest(theirs, args.largest, args)
+    fitting = [r["atoms"] for r in rows if isinstance(r["step_s"], float)]
+    sizes = args.chunked or [8 * math.ceil((4 * max(fitting or [1]) / 8) ** (1 / 3)) ** 3]
+    for n_atoms in sizes:
+        try:
+            row = chunked_row(wrapper, n_atoms, args)
+        except torch.OutOfMemoryError:
+            row = {"mode": "nvdd_chunked", "atoms": n_atoms, "step_s": "out of memory"}
+        if fitting:
+            row["atoms_vs_their_largest"] = row["atoms"] / max(fitting)
+        reset_memory(torch.device(args.device))
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(LATTICE), default="sevennet0")
@@ -129,9 +206,16 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--skin", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cueq", action="store_true", help="SevenNet: cuEquivariance, both")
+    parser.add_argument("--largest", type=int, nargs="+", help="their sizes to try (GPU)")
+    parser.add_argument("--chunked", type=int, nargs="+", help="nvdd's chunked sizes")
     parser.add_argument("--json")
     args = parser.parse_args()
-    wrapper, theirs = models(args.model, args.device)
+    wrapper, theirs = models(args.model, args.device, args.cueq)
+    if args.largest:
+        rows = largest(wrapper, theirs, args)
+        write_json(args.json, {"args": vars(args), "machine": machine(), "rows": rows})
+        return
     ours = DomainDecomposedCalculator(wrapper, skin=args.skin, device=args.device)
     print(
         f"{'model':10} {'atoms':>6} {'theirs F ms':>12} {'nvdd MD ms':>11} {'ratio':>6} "

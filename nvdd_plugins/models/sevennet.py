@@ -111,12 +111,17 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
 
     @classmethod
     def from_pretrained(
-        cls, name: str = "7net-0", modality: str | None = None, dtype: torch.dtype = torch.float32
+        cls,
+        name: str = "7net-0",
+        modality: str | None = None,
+        dtype: torch.dtype = torch.float32,
+        cueq: bool = False,
     ) -> SevenNetWrapper:
         """A pretrained SevenNet shipped in sevenn's wheel, by the name sevenn's calculator
         takes ("7net-0" = "7net-0_11Jul2024", "7net-0_22May2024", "7net-l3i5", "7net-mf-0"
-        with modality "PBE" or "R2SCAN"); `dtype`: float32 as trained, or float64."""
-        return cls.from_checkpoint(pretrained_sevennet_path(name), modality, dtype)
+        with modality "PBE" or "R2SCAN"); `dtype`: float32 as trained, or float64; `cueq`:
+        sevenn's cuEquivariance tensor products (its `enable_cueq`; CUDA only)."""
+        return cls.from_checkpoint(pretrained_sevennet_path(name), modality, dtype, cueq)
 
     @classmethod
     def from_checkpoint(
@@ -124,14 +129,23 @@ class SevenNetWrapper(nn.Module, BaseModelMixin):
         path: str | os.PathLike[str],
         modality: str | None = None,
         dtype: torch.dtype = torch.float32,
+        cueq: bool = False,
     ) -> SevenNetWrapper:
-        """A sevenn checkpoint file (`sevenn.util.load_checkpoint`) on the CPU in `dtype`."""
+        """A sevenn checkpoint file (`sevenn.util.load_checkpoint`) on the CPU in `dtype`;
+        `cueq` as in `from_pretrained`."""
         from sevenn.util import load_checkpoint  # optional dependency
 
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no SevenNet checkpoint at {os.fspath(path)!r}")
+        if cueq:
+            from sevenn.nn.cue_helper import is_cue_available
+
+            if not is_cue_available():  # sevenn itself would fall back to e3nn with a warning
+                raise RuntimeError(
+                    "SevenNet with cueq=True needs cuequivariance-torch and a CUDA device"
+                )
         with eager_e3nn():
-            model = load_checkpoint(os.fspath(path)).build_model()
+            model = load_checkpoint(os.fspath(path)).build_model(enable_cueq=cueq)
         return cls(model.to(dtype).eval(), modality)
 
     def check_species(self, numbers: torch.Tensor) -> None:

@@ -1,7 +1,8 @@
 """The pretrained SevenNet-0 and CHGNet 0.3.0 on the GPU, float32 as trained: nvdd at 1, 2 and
 4 ranks sharing the GPU (gloo processes) equals each package's own ASE calculator on the GPU
 (energy, forces, stress; CHGNet's magnetic moments too) on MgO in bulk, as a slab and in a
-triclinic cell."""
+triclinic cell; SevenNet-0 also through sevenn's cuEquivariance tensor products on both
+sides."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.helpers.chgnet_models import boxed
 from tests.helpers.materials import MATERIALS
 from tests.helpers.multiprocess import run_gloo
 
-PACKAGES = {"sevennet0": "sevenn", "chgnet": "chgnet"}
+PACKAGES = {"sevennet0": "sevenn", "sevennet0_cueq": "cuequivariance_torch", "chgnet": "chgnet"}
 
 pytestmark = [
     pytest.mark.gpu,
@@ -28,11 +29,14 @@ pytestmark = [
 
 def _wrapper_and_calculator(name: str):
     """nvdd's wrapper and the package's own calculator, both float32 on the GPU."""
-    if name == "sevennet0":
+    if name.startswith("sevennet0"):
         from sevenn.calculator import SevenNetCalculator
 
         from nvdd_plugins.models import SevenNetWrapper
 
+        if name.endswith("_cueq"):  # their calculator builds its own cuEquivariance copy
+            wrapper = SevenNetWrapper.from_pretrained("7net-0", cueq=True).to("cuda")
+            return wrapper, SevenNetCalculator("7net-0", device="cuda", enable_cueq=True)
         wrapper = SevenNetWrapper.from_pretrained("7net-0").to("cuda")
         theirs = SevenNetCalculator(
             copy.deepcopy(wrapper.model), file_type="model_instance", device="cuda"
@@ -81,8 +85,9 @@ def check_rank(comm: Communicator, name: str) -> dict[str, dict[str, float]]:
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 @pytest.mark.parametrize("name", sorted(PACKAGES))
 def test_pretrained_on_the_gpu_equals_the_package(name: str, world_size: int) -> None:
-    if importlib.util.find_spec(PACKAGES[name]) is None:
-        pytest.skip(f"needs {PACKAGES[name]}")
+    for package in {PACKAGES[name], "sevenn" if name.startswith("sevennet") else "chgnet"}:
+        if importlib.util.find_spec(package) is None:
+            pytest.skip(f"needs {package}")
     if world_size == 1:
         reports = [check_rank(SimulatedMesh(1).communicator(0), name)]
     else:

@@ -82,6 +82,12 @@ def test_names_resolve_as_sevenn_resolves_them() -> None:
         SevenNetWrapper.from_checkpoint("no/such/checkpoint.pth")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_cueq_without_cuda_is_refused_not_silently_e3nn() -> None:
+    with pytest.raises(RuntimeError, match="cueq=True needs cuequivariance-torch and a CUDA"):
+        SevenNetWrapper.from_pretrained("7net-0", cueq=True)
+
+
 def _mgo(a: float):
     from ase.build import bulk
 
