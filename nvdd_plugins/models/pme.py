@@ -154,11 +154,15 @@ class PME:
         return points, product
 
     def kernel(
-        self, inverse: torch.Tensor, volume: torch.Tensor, rows: slice = slice(None)
+        self,
+        inverse: torch.Tensor,
+        volume: torch.Tensor,
+        rows: slice = slice(None),
+        planes: slice = slice(None),
     ) -> torch.Tensor:
         """The Ewald kernel 4 pi exp(-k² / 4 alpha²) / (V k²) divided by the splines'
         deconvolution on the half spectrum of `torch.fft.rfftn` (zero at k = 0), for the
-        frequencies `rows` of the second mesh axis."""
+        frequencies `planes` of the first mesh axis and `rows` of the second."""
         n1, n2, n3 = self.mesh
         like = volume
         axes = [
@@ -167,7 +171,7 @@ class PME:
             torch.fft.rfftfreq(n3, 1.0 / n3, dtype=like.dtype, device=like.device),
         ]
         # k² = m^T G m, G = B B^T with B = 2 pi inverse^T: broadcast over the three axes
-        m = [axes[0][:, None, None], axes[1][rows][None, :, None], axes[2][None, None, :]]
+        m = [axes[0][planes, None, None], axes[1][rows][None, :, None], axes[2][None, None, :]]
         metric = (2.0 * math.pi) ** 2 * inverse.T @ inverse
         k2 = sum(metric[a, a] * m[a].square() for a in range(3))
         k2 = k2 + sum(2.0 * metric[a, b] * m[a] * m[b] for a, b in ((0, 1), (0, 2), (1, 2)))
@@ -176,11 +180,11 @@ class PME:
         kernel = 4.0 * math.pi / volume * torch.exp(-k2 / (4.0 * self.alpha**2)) / k2
         if self.scheme == "nvalchemiops":
             sincs = [torch.special.sinc(axis / n) for axis, n in zip(axes, self.mesh, strict=True)]
-            product = sincs[0][:, None, None] * sincs[1][rows][None, :, None]
+            product = sincs[0][planes, None, None] * sincs[1][rows][None, :, None]
             product = product * sincs[2][None, None, :]
             kernel = kernel / product.pow(self.order).clamp_min(1e-10).square()
         else:
             moduli = [_spline_moduli(n, self.order, like) for n in self.mesh]
-            kernel = kernel * moduli[0][:, None, None] * moduli[1][rows][None, :, None]
+            kernel = kernel * moduli[0][planes, None, None] * moduli[1][rows][None, :, None]
             kernel = kernel * moduli[2][: n3 // 2 + 1][None, None, :]
         return torch.where(origin, 0.0, kernel)

@@ -11,14 +11,19 @@ mesh) and, for a moment, the box of mesh points its owned atoms' splines touch:
 3. each slab owner sends the potential on each rank's box back (the adjoint of 1), and
    each rank interpolates it at its owned atoms.
 
-Every step is differentiable (the all-to-alls' backward sends gradients back), so forces
-and stress are derivatives of the owned partial energies as everywhere else. The net
-charge is one all-reduce of a number. docs/long_range.md, "Mesh layouts".
+All three steps are one autograd Function (`_Potential`) whose intermediates are locals,
+each mesh-sized array freed as soon as the next one is made; the map from the charges at
+the stencil points to the potential there is symmetric, so its backward is itself (and
+the kernel's gradient for a stress). Forces and stress are derivatives of the owned
+partial energies as everywhere else. The net charge is one all-reduce of a number.
+docs/long_range.md, "Mesh layouts".
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -27,6 +32,9 @@ from nvdd_plugins.models.ewald import background_energies, summed_with_total_cha
 from nvdd_plugins.spec import MeshRanks, owned_part
 
 __all__ = ["covering_arc", "flat_indices", "slab_bounds", "slab_energies"]
+
+_KERNEL_POINTS = 1 << 16
+"""Kernel values made at once: the kernel's temporaries stay small beside the spectrum."""
 
 
 def flat_indices(points: torch.Tensor, sizes: tuple[int, int, int]) -> torch.Tensor:
@@ -106,66 +114,54 @@ def _box(points: torch.Tensor, mesh: tuple[int, int, int]) -> torch.Tensor:
     return torch.tensor([a[0] for a in arcs] + [a[1] for a in arcs], dtype=torch.long)
 
 
-def _transpose(spectrum: torch.Tensor, layout: _Layout, back: bool) -> torch.Tensor:
-    """The spectrum in slabs of the first axis (rank r: planes x[r]..x[r+1], every second-
-    axis frequency) redistributed into slabs of the second axis (every first-axis plane),
-    or `back`. What is sent along the first axis, and received along it, is contiguous as
-    it is: one copy each way instead of two."""
+def _transpose(held: list[torch.Tensor], layout: _Layout, back: bool) -> torch.Tensor:
+    """The spectrum in `held` (its only reference, taken out so that it is freed once sent)
+    in slabs of the first axis (rank r: planes x[r]..x[r+1], every second-axis frequency)
+    redistributed into slabs of the second axis (every first-axis plane), or `back`. What
+    is sent along the first axis, and received along it, is contiguous as it is: one copy
+    each way, and at most two spectra alive at once."""
     ranks, me = layout.ranks, layout.ranks.rank
     x, y = layout.x, layout.y
-    real = torch.view_as_real(spectrum)
+    real = torch.view_as_real(held.pop())
+    tail = real.shape[2:]
     if back:  # (n0, my y, half, 2) -> (my x, n1, half, 2)
         send = real.reshape(-1)
         send_counts = [(x[q + 1] - x[q]) * real[0].numel() for q in range(ranks.size)]
-        shapes = [(x[me + 1] - x[me], y[q + 1] - y[q], *real.shape[2:]) for q in range(ranks.size)]
+        shapes = [(x[me + 1] - x[me], y[q + 1] - y[q], *tail) for q in range(ranks.size)]
     else:  # (my x, n1, half, 2) -> (n0, my y, half, 2)
         send_counts = [(y[q + 1] - y[q]) * real[:, 0].numel() for q in range(ranks.size)]
-        send = real.new_empty(real.numel())
-        for block, q in zip(send.split(send_counts), range(ranks.size), strict=True):
-            part = real[:, y[q] : y[q + 1]]
-            block.view(part.shape).copy_(part)
-        shapes = [(x[q + 1] - x[q], y[me + 1] - y[me], *real.shape[2:]) for q in range(ranks.size)]
+        send = _by_columns(real, y)
+        shapes = [(x[q + 1] - x[q], y[me + 1] - y[me], *tail) for q in range(ranks.size)]
+    del real
     counts = [math.prod(shape) for shape in shapes]
     got = ranks.all_to_all(send, send_counts, counts)
     del send
     if back:
-        parts = [part.reshape(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
+        parts = [part.view(shape) for part, shape in zip(got.split(counts), shapes, strict=True)]
         return torch.view_as_complex(torch.cat(parts, dim=1))
-    return torch.view_as_complex(got.reshape(x[-1], y[me + 1] - y[me], *real.shape[2:]))
+    return torch.view_as_complex(got.view(x[-1], y[me + 1] - y[me], *tail))
 
 
-class _Transposed(torch.autograd.Function):
-    """`_transpose` as a differentiable operation that saves nothing: a permutation of the
-    values over the ranks, whose adjoint is its inverse."""
-
-    @staticmethod
-    def forward(ctx: Any, spectrum: torch.Tensor, layout: _Layout, back: bool) -> torch.Tensor:
-        ctx.layout, ctx.back = layout, back
-        return _transpose(spectrum, layout, back)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _Transposed.apply(grad, ctx.layout, not ctx.back), None, None
+def _by_columns(values: torch.Tensor, bounds: list[int]) -> torch.Tensor:
+    """`values` flat, ordered by blocks of its second axis from `bounds` (each block in
+    C order)."""
+    flat = values.new_empty(values.numel())
+    start = 0
+    for first, last in itertools.pairwise(bounds):
+        part = values[:, first:last]
+        flat[start : start + part.numel()].view(part.shape).copy_(part)
+        start += part.numel()
+    return flat
 
 
-class _HalfSpectrum(torch.autograd.Function):
-    """`torch.fft.rfft` along the last axis, whose backward allocates no full spectrum."""
-
-    @staticmethod
-    def forward(ctx: Any, values: torch.Tensor) -> torch.Tensor:
-        ctx.n = values.shape[-1]
-        return torch.fft.rfft(values, dim=-1)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        # the adjoint is irfft with the bins between 0 and n/2 halved (irfft counts each of
-        # them twice, for its conjugate): half of irfft plus half of bins 0 and n/2
-        values = torch.fft.irfft(grad, n=ctx.n, dim=-1, norm="forward")
-        values.add_(grad.real[..., :1])
-        if ctx.n % 2 == 0:
-            values[..., 0::2].add_(grad.real[..., -1:])
-            values[..., 1::2].sub_(grad.real[..., -1:])
-        return values.mul_(0.5)
+def _transform_in_place(spectrum: torch.Tensor, dim: int, inverse: bool) -> None:
+    """The FFT (unnormalized both ways) along `dim` (0 or 1) of the 3-D `spectrum`, in
+    place, a plane at a time: along the middle axis of the whole array torch copies it
+    first, and out of place it needs a second array."""
+    planes = spectrum.unbind(1 - dim)
+    fft, norm = (torch.fft.ifft, "forward") if inverse else (torch.fft.fft, "backward")
+    for plane in planes:
+        fft(plane, dim=0, norm=norm, out=plane)
 
 
 def slab_energies(
@@ -177,18 +173,8 @@ def slab_energies(
     volume = torch.linalg.det(cell).abs()
     owned_charges, owned_positions = owned_part(charges), owned_part(positions)
     points, weights = pme.stencils(owned_positions, inverse)
-    box = _box(points.detach(), pme.mesh)
-    routes = _Routes(_Layout(pme.mesh, box, ranks), points.device)
-    mesh = torch.tensor(pme.mesh, device=points.device)
-    local = (points - box[None, :3, None].to(points.device)) % mesh[None, :, None]
-    # the box is never held: charges are spread, and the potential read, in send order
-    at_sent = routes.slot[flat_indices(local, tuple(box[3:].tolist()))]  # (owned, order³)
-    values = owned_charges[:, None] * weights
-    # a temporary, not a name: `_convolved` frees the slab once it is transformed
-    potential = _convolved(
-        routes.spread_to_slab(values, at_sent), pme, routes.layout, inverse, volume
-    )
-    at_atoms = _Exchanged.apply(potential, routes, False).reshape(-1)[at_sent]  # no box kept
+    mesh = _SlabMesh(pme, points.detach(), ranks)
+    at_atoms = _Potential.apply(owned_charges[:, None] * weights, inverse, volume, mesh)
     at_atoms = (at_atoms * weights).sum(dim=-1)
     _, total = summed_with_total_charge(owned_charges.new_zeros(0), owned_charges)
     owned = 0.5 * owned_charges * at_atoms
@@ -196,74 +182,121 @@ def slab_energies(
     return torch.cat([owned, owned.new_zeros(charges.shape[0] - owned.shape[0])])
 
 
-class _Routes:
-    """The exchange between the boxes and the slabs, both ways (each other's adjoint). A
-    box travels as its values in the order sent (by destination rank)."""
+class _SlabMesh:
+    """This rank's part of the mesh: the box its owned atoms' stencils touch, travelling as
+    its values in the order sent (by destination rank), and its slabs; the two halves of
+    the convolution between them (`spectrum`, `potential`)."""
 
-    def __init__(self, layout: _Layout, device: torch.device) -> None:
-        self.layout = layout
-        sent, self.send_counts = layout.sent()
-        targets, self.recv_counts = layout.received()
+    def __init__(self, pme: Any, points: torch.Tensor, ranks: MeshRanks) -> None:
+        box = _box(points, pme.mesh)
+        self.pme, self.layout = pme, _Layout(pme.mesh, box, ranks)
+        sent, self.send_counts = self.layout.sent()
+        targets, self.recv_counts = self.layout.received()
         # every box point is sent once: `slot` inverts that permutation
         slot = torch.empty_like(sent)
         slot[sent] = torch.arange(sent.numel())
-        self.slot, self.targets = slot.int().to(device), targets.int().to(device)
-        me = layout.ranks.rank
-        self.n_slab = (layout.x[me + 1] - layout.x[me]) * layout.mesh[1] * layout.mesh[2]
+        del sent
+        device = points.device
+        self.targets = targets.int().to(device)
+        mesh = torch.tensor(pme.mesh, device=device)
+        local = (points - box[None, :3, None].to(device)) % mesh[None, :, None]
+        # the stencil points (owned, order³) as places in the box's send order
+        self.at = slot.to(device)[flat_indices(local, tuple(box[3:].tolist()))]
+        self.n_sent = slot.numel()
+        me = ranks.rank
+        self.rows = slice(self.layout.y[me], self.layout.y[me + 1])
 
-    def spread_to_slab(self, values: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-        """`values` (n, k) added at the indices `at` (n, k) of this rank's box in send order,
-        then every rank's box into this rank's slab (1, points); differentiable."""
-        # leading size 1: mesh arrays are never taken for per-atom tensors by the interception
-        sent = values.new_zeros(1, self.slot.numel())
-        added = sent.index_add_(1, at.reshape(-1), values.reshape(1, -1))
-        return _Exchanged.apply(added, self, True)
+    def kernel_blocks(
+        self, inverse: torch.Tensor, volume: torch.Tensor
+    ) -> Iterator[tuple[slice, torch.Tensor]]:
+        """The Ewald kernel on this rank's slab of the spectrum (n0, my y, half), in blocks
+        of first-axis planes: (planes, kernel on them)."""
+        n0, (_, _, n2) = self.layout.mesh[0], self.layout.mesh
+        per_plane = (self.rows.stop - self.rows.start) * (n2 // 2 + 1)
+        step = max(1, _KERNEL_POINTS // max(per_plane, 1))
+        for first in range(0, n0, step):
+            planes = slice(first, min(first + step, n0))
+            yield planes, self.pme.kernel(inverse, volume, self.rows, planes)
 
-    def to_slab(self, sent: torch.Tensor) -> torch.Tensor:
-        """The charges of every rank's box (1, points in send order), added into this
-        rank's slab (1, points)."""
-        ranks = self.layout.ranks
-        arrived = ranks.all_to_all(sent[0], self.send_counts, self.recv_counts)
-        return sent.new_zeros(1, self.n_slab).index_add_(1, self.targets, arrived[None])
+    def spectrum(self, values: torch.Tensor) -> torch.Tensor:
+        """The half spectrum (n0, my y, half), unnormalized, of `values` (owned, order³)
+        spread at the stencil points: into the box, every box into the slabs, FFT."""
+        layout, ranks = self.layout, self.layout.ranks
+        me, (_, n1, n2) = ranks.rank, layout.mesh
+        sent = values.new_zeros(self.n_sent).index_add_(0, self.at.reshape(-1), values.reshape(-1))
+        arrived = ranks.all_to_all(sent, self.send_counts, self.recv_counts)
+        del sent
+        slab = arrived.new_zeros((layout.x[me + 1] - layout.x[me]) * n1 * n2)
+        slab.index_add_(0, self.targets, arrived)
+        del arrived
+        # in a list, its only reference: `_transpose` frees it once sent
+        held = [torch.fft.rfft(slab.view(-1, n1, n2), dim=2)]
+        del slab
+        _transform_in_place(held[0], 1, inverse=False)
+        spectrum = _transpose(held, layout, back=False)
+        _transform_in_place(spectrum, 0, inverse=False)
+        return spectrum
 
-    def to_box(self, potential: torch.Tensor) -> torch.Tensor:
-        """The potential on this rank's box (1, points in send order) from the slabs."""
-        ranks = self.layout.ranks
-        values = potential.index_select(1, self.targets)[0]
-        return ranks.all_to_all(values, self.recv_counts, self.send_counts)[None]
+    def potential(
+        self, spectrum: list[torch.Tensor], inverse: torch.Tensor, volume: torch.Tensor
+    ) -> torch.Tensor:
+        """The potential at the stencil points (owned, order³) of the half spectrum in
+        `spectrum` (its only reference) times the kernel: the adjoint of `spectrum`."""
+        layout, ranks = self.layout, self.layout.ranks
+        n2 = layout.mesh[2]
+        for planes, kernel in self.kernel_blocks(inverse, volume):
+            torch.view_as_real(spectrum[0][planes]).mul_(kernel[..., None])
+        del kernel
+        _transform_in_place(spectrum[0], 0, inverse=True)
+        values = _transpose(spectrum, layout, back=True)
+        _transform_in_place(values, 1, inverse=True)
+        values = torch.fft.irfft(values, n=n2, dim=2, norm="forward")
+        values = values.view(-1).index_select(0, self.targets)
+        values = ranks.all_to_all(values, self.recv_counts, self.send_counts)
+        return values[self.at]
+
+    def kernel_gradient(self, values: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """d(grad · potential(values))/d kernel: Re(spectrum of values times the conjugate of
+        grad's), twice where the half spectrum stands for a frequency and its mirror."""
+        charges = torch.view_as_real(self.spectrum(values))
+        dot = (charges * torch.view_as_real(self.spectrum(grad))).sum(dim=-1)
+        del charges
+        n2 = self.layout.mesh[2]
+        dot[..., 1 : (n2 + 1) // 2].mul_(2.0)  # all but bin 0 and, for even n2, bin n2/2
+        return dot
 
 
-class _Exchanged(torch.autograd.Function):
-    """`_Routes.to_slab` (`to_slab`) or `_Routes.to_box`, differentiable without saved
-    tensors: each direction is the other's adjoint."""
+class _Potential(torch.autograd.Function):
+    """`_SlabMesh.spectrum` then `_SlabMesh.potential`: the mesh potential at the owned
+    stencil points of the charges `values` spread there, with no mesh array kept between
+    forward and backward. The map from values to potential is symmetric (spreading and
+    gathering at the same points, each other's transpose; exchanges, each the other's
+    adjoint; a convolution with a real, even kernel), so its backward is itself."""
 
     @staticmethod
-    def forward(ctx: Any, values: torch.Tensor, routes: _Routes, to_slab: bool) -> torch.Tensor:
-        ctx.routes, ctx.to_slab = routes, to_slab
-        return routes.to_slab(values) if to_slab else routes.to_box(values)
+    def forward(
+        ctx: Any, values: torch.Tensor, inverse: torch.Tensor, volume: torch.Tensor, mesh: _SlabMesh
+    ) -> torch.Tensor:
+        ctx.mesh = mesh
+        ctx.save_for_backward(values, inverse, volume)
+        return mesh.potential([mesh.spectrum(values)], inverse, volume)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _Exchanged.apply(grad, ctx.routes, not ctx.to_slab), None, None
-
-
-def _convolved(
-    slab: torch.Tensor, pme: Any, layout: _Layout, inverse: torch.Tensor, volume: torch.Tensor
-) -> torch.Tensor:
-    """The potential on this rank's slab (1, points) of the charges on it: the distributed
-    FFT, times the kernel, and back (linear steps: their backward needs no input)."""
-    me, (_, n1, n2) = layout.ranks.rank, layout.mesh
-    # one step a statement: each input is dropped as soon as the next step returns
-    spectrum = _HalfSpectrum.apply(slab.reshape(layout.x[me + 1] - layout.x[me], n1, n2))
-    del slab
-    spectrum = torch.fft.fft(spectrum, dim=1)
-    spectrum = _Transposed.apply(spectrum, layout, False)
-    spectrum = torch.fft.fft(spectrum, dim=0)
-    kernel = pme.kernel(inverse, volume, slice(layout.y[me], layout.y[me + 1]))
-    # times the real kernel as pairs of reals: no complex copy of the kernel
-    spectrum = torch.view_as_complex(torch.view_as_real(spectrum) * kernel[..., None])
-    del kernel
-    spectrum = torch.fft.ifft(spectrum, dim=0, norm="forward")
-    spectrum = _Transposed.apply(spectrum, layout, True)
-    spectrum = torch.fft.ifft(spectrum, dim=1, norm="forward")
-    return torch.fft.irfft(spectrum, n=n2, dim=2, norm="forward").reshape(1, -1)
+        values, inverse, volume = ctx.saved_tensors
+        mesh = ctx.mesh
+        grad_values = grad_inverse = grad_volume = None
+        if ctx.needs_input_grad[0]:
+            grad_values = _Potential.apply(grad, inverse, volume, mesh)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            # the kernel depends on the cell (a stress): through the kernel's own graph
+            if torch.is_grad_enabled():
+                raise NotImplementedError("PME slabs: no second derivatives through a stress")
+            weight = mesh.kernel_gradient(values.detach(), grad.detach())
+            leaves = inverse.detach().requires_grad_(), volume.detach().requires_grad_()
+            grad_inverse, grad_volume = torch.zeros_like(inverse), torch.zeros_like(volume)
+            with torch.enable_grad():
+                for planes, kernel in mesh.kernel_blocks(*leaves):
+                    block = torch.autograd.grad(kernel, leaves, weight[planes])
+                    grad_inverse, grad_volume = grad_inverse + block[0], grad_volume + block[1]
+        return grad_values, grad_inverse, grad_volume, None
