@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -12,7 +13,16 @@ from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
-__all__ = ["RowResults", "check_energies", "consolidate"]
+__all__ = [
+    "OwnedRows",
+    "PartialRows",
+    "Placement",
+    "Replicated",
+    "RowResults",
+    "check_energies",
+    "consolidate",
+    "redistribute",
+]
 
 
 def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
@@ -32,7 +42,7 @@ def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
 
 @dataclass(frozen=True)
 class RowResults:
-    """One rank's results on its view, before a layout maps them to its atoms.
+    """One rank's results on its view, before `redistribute` places them.
 
     Attributes:
         per_row: detached per-atom (`OutputKind.PER_NODE`) outputs over every row of the view.
@@ -51,27 +61,69 @@ class RowResults:
     gradient_outputs: frozenset[str]
     pair_gradients: torch.Tensor | None = None
 
-    def for_owned_rows(self, view: HaloView, comm: Communicator) -> dict[str, torch.Tensor]:
-        """Per-atom outputs of the owned rows (collective: ghost rows of gradient outputs are
-        summed into their owners first)."""
-        owned = {}
-        for name, value in self.per_row.items():
-            if name in self.gradient_outputs:
-                value = sum_ghosts_into_owners(value, view.slot(comm))
-            owned[name] = value[: view.n_owned]
-        return {**self.reduced, **owned}
 
-    def for_local_rows(self, view: HaloView) -> dict[str, torch.Tensor]:
-        """Per-atom outputs of every local row (owned, then ghosts): gradient outputs as
-        computed (their ghost rows are owed to the owners), the others zero on ghost rows."""
-        local = {}
-        for name, value in self.per_row.items():
-            if name in self.gradient_outputs:
-                local[name] = value[: view.n_local]
+@dataclass(frozen=True)
+class OwnedRows:
+    """Placement of per-atom results on the owned rows, complete (`DistributedModel`):
+    ghost rows of gradient outputs are summed into their owners first (collective)."""
+
+    sums_over_ranks: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class PartialRows:
+    """Placement of per-atom results on every local row, owned then ghosts, partial over
+    ghost rows and over ranks (a front end that adds both itself: LAMMPS). Gradient outputs
+    as computed (a ghost row's share is owed to its owner), values zero on ghost rows;
+    energy, stress and per-system sums are this rank's partials (no collective); with this
+    rank's share of dE/dr per edge slot ("pair_gradients") when derived."""
+
+    sums_over_ranks: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """Placement of every atom's per-atom results on every rank (`ReplicatedModel`): the
+    owned rows, complete, of every rank gathered (one all-gather) and put in `order`.
+
+    Attributes:
+        order: the rows of all ranks' owned atoms, concatenated by rank, in global id order.
+        per_atom: the outputs gathered (the others are complete on every rank).
+    """
+
+    order: torch.Tensor
+    per_atom: frozenset[str]
+    sums_over_ranks: ClassVar[bool] = True
+
+
+Placement = OwnedRows | PartialRows | Replicated
+"""Where a step's results go: the layouts' placements, each converted by `redistribute`."""
+
+
+def redistribute(
+    results: RowResults, to: Placement, view: HaloView, comm: Communicator
+) -> dict[str, torch.Tensor]:
+    """`results` of `view` placed as `to` says (collective for `OwnedRows` and `Replicated`
+    when a gradient output is per atom, and for `Replicated`)."""
+    placed = dict(results.reduced)
+    if isinstance(to, PartialRows):
+        for name, value in results.per_row.items():
+            if name in results.gradient_outputs:
+                placed[name] = value[: view.n_local]
             else:
-                local[name] = torch.zeros_like(value[: view.n_local])
-                local[name][: view.n_owned] = value[: view.n_owned]
-        return {**self.reduced, **local}
+                placed[name] = torch.zeros_like(value[: view.n_local])
+                placed[name][: view.n_owned] = value[: view.n_owned]
+        if results.pair_gradients is not None:
+            placed["pair_gradients"] = results.pair_gradients
+        return placed
+    for name, value in results.per_row.items():
+        if name in results.gradient_outputs:
+            value = sum_ghosts_into_owners(value, view.slot(comm))
+        placed[name] = value[: view.n_owned]
+    if isinstance(to, Replicated):
+        gathered = comm.all_gather_rows({k: v for k, v in placed.items() if k in to.per_atom})
+        placed.update({name: value[to.order] for name, value in gathered.items()})
+    return placed
 
 
 def consolidate(

@@ -17,6 +17,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.evaluation.results import PartialRows
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
@@ -147,9 +148,5 @@ class GivenRowsModel:
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = torch.zeros(1, 3, dtype=torch.bool, device=positions.device)  # no host copy
         wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
-        # the front end sums energies over ranks itself: no all-reduce of them here
-        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, summed_over_ranks=False)
-        out = results.for_local_rows(view)
-        if results.pair_gradients is not None:
-            out["pair_gradients"] = results.pair_gradients
-        return out
+        # the front end sums energies over ranks and ghost rows into owners itself
+        return self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, PartialRows())

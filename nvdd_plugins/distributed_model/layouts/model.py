@@ -23,6 +23,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_kinds,
     rebuild_status,
 )
+from nvdd_plugins.distributed_model.evaluation.results import OwnedRows, Placement
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
@@ -32,6 +33,7 @@ __all__ = ["DistributedModel", "SubdomainModel"]
 
 _DEFAULT_PROPERTIES = ("energy", "forces")
 _NO_RESULTS: tuple[None, None, None] = (None, None, None)
+_OWNED_ROWS = OwnedRows()
 
 
 class SubdomainModel(nn.Module):
@@ -133,21 +135,25 @@ class SubdomainModel(nn.Module):
         return self.domain.rebuilds
 
     def evaluate_view(
-        self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+        self,
+        view: HaloView,
+        owned: Batch,
+        properties: Iterable[str] = _DEFAULT_PROPERTIES,
+        to: Placement = _OWNED_ROWS,
     ) -> dict[str, torch.Tensor]:
         """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
 
         Ghost positions come from their owners through `copy_to_ghosts`, so the returned
         "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
-        and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
+        and "stress" (1,3,3) identical on every rank; per-atom outputs placed as `to` says
+        (default: for the owned atoms).
         """
         wanted = self.engine.wanted(properties)
         leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
         with computing(self.comm, leaf.device), asking_for(properties):
-            results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted)
-        return results.for_owned_rows(view, self.comm)
+            return self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted, to)
 
     # -- evaluations captured as CUDA graphs (`FixedShapeEvaluator`) -----------------------
     def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:

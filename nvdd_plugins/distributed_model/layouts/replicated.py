@@ -12,6 +12,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_error,
     non_finite_kinds,
 )
+from nvdd_plugins.distributed_model.evaluation.results import Replicated
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import OutputKind
@@ -34,7 +35,7 @@ class ReplicatedModel(SubdomainModel):
 
     _owned_ids: torch.Tensor | None = None  # of the last rebuild
     _owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
-    _order: torch.Tensor | None = None  # the rows all ranks' owned atoms gather to, by id
+    _placement: Replicated | None = None  # all ranks' owned rows gathered by id
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
@@ -52,7 +53,10 @@ class ReplicatedModel(SubdomainModel):
             ids = self.domain.select_owned(full.positions, full.cell[0])
             owned = full.select_nodes(ids)
             self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
-            self._order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
+            order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
+            kinds = self.engine.spec.output_kinds
+            per_atom = {k for k, kind in kinds.items() if kind is OutputKind.PER_NODE}
+            self._placement = Replicated(order, frozenset(per_atom | {HEAT_FLUX_TENSORS}))
             self.rebuild(self._owned(full))
         return self.evaluate_fixed(full, properties)
 
@@ -67,17 +71,8 @@ class ReplicatedModel(SubdomainModel):
     ) -> dict[str, torch.Tensor]:
         """`forward` on the current view without the rebuild check (no host
         synchronisation: what a captured call runs; `stale_for` decides whether it holds)."""
-        owned = self._owned(full)
-        local = self.evaluate_view(self.domain.view, owned, properties)
-        kinds = self.engine.spec.output_kinds
-        per_node = {
-            k: v
-            for k, v in local.items()
-            if kinds.get(k) is OutputKind.PER_NODE or k == HEAT_FLUX_TENSORS
-        }
-        assert self._order is not None
-        gathered = self.comm.all_gather_rows(per_node)  # one collective, the order known
-        return {**local, **{name: value[self._order] for name, value in gathered.items()}}
+        assert self._placement is not None
+        return self.evaluate_view(self.domain.view, self._owned(full), properties, self._placement)
 
     def non_finite_error(self, energies: torch.Tensor, forces: torch.Tensor) -> NonFiniteError:
         """The error to raise when the last results' per-atom `energies` or `forces` (by
