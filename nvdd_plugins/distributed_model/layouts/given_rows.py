@@ -84,7 +84,7 @@ class GivenRowsModel:
         if pairs is not None:
             return self._assemble(plan, positions, numbers, ids, pairs)
         held = self._listed_view
-        if held is None or held.plan is not plan or self._listed.needs_rebuild(positions):
+        if held is None or held.plan is not plan or self._listed.stale(positions):
             radius = self.engine.config.cutoff + self.skin
             listed = build_neighbor_list(positions, None, (False,) * 3, radius, touching=n_owned)
             held = self._assemble(plan, positions, numbers, ids, listed.edge_index)
@@ -110,8 +110,7 @@ class GivenRowsModel:
             return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
         # compared where the ids are (no host pass over them at each step)
         layout = torch.cat([ids.new_tensor([n_owned]), ids]).long()
-        changed = self.verlet.needs_rebuild(None, ids=layout)
-        if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
+        if rebuild_status(self.comm, self.verlet.stale(None, ids=layout)) == REBUILD:
             self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self.verlet.record(None, ids=layout)
             # as after a DomainParallel rebuild, the next forward is checked and its plan
