@@ -79,6 +79,7 @@ class VerletState:
         self.pairs = Capacity(growth)
         self._positions: torch.Tensor | None = None
         self._layout: tuple[Any, ...] | None = None
+        self._row_layout = False  # pbc, numbers or ids recorded: compared on the host
 
     @property
     def reference(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -108,6 +109,7 @@ class VerletState:
             None if pbc is None else _as_pbc(pbc),
             None if ids is None else torch.as_tensor(ids).detach().clone(),
         )
+        self._row_layout = any(part is not None for part in self._layout[1:])
 
     def stale(
         self,
@@ -125,7 +127,10 @@ class VerletState:
         a tensor is given or recorded. Without positions only the layout is compared (on
         the host: the answer is a CPU tensor)."""
         device = torch.device("cpu") if positions is None else positions.device
-        if self._layout is None or not self._same_layout(pbc, numbers, ids):
+        if self._layout is None:
+            return torch.ones((), dtype=torch.bool, device=device)
+        given = pbc is not None or numbers is not None or ids is not None
+        if (given or self._row_layout) and not self._same_layout(pbc, numbers, ids):
             return torch.ones((), dtype=torch.bool, device=device)
         if positions is None:
             return torch.zeros((), dtype=torch.bool, device=device)

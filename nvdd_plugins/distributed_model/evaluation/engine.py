@@ -7,7 +7,6 @@ way its spec says and places the results where the layout's `Placement` says.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import partial
 
 import torch
@@ -77,10 +76,6 @@ class HaloEngine:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): decide its forward plan and
         check the next forward."""
         self.runner.rebuilt(cell, pbc)
-
-    def wanted(self, properties: Iterable[str]) -> Wanted:
-        """What of `properties` this engine derives by autograd."""
-        return Wanted.of(self.model, properties)
 
     def evaluate(
         self,

@@ -14,6 +14,7 @@ from torch import nn
 from nvdd_plugins.comm import Communicator, TimedCommunicator, computing, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import (
     NON_FINITE,
@@ -113,10 +114,14 @@ class SubdomainModel(nn.Module):
         """Evaluate `batch` (collective): rebuild the view when needed (`prepare`), refresh
         the ghost positions, evaluate and place the results (`placement`). Returns detached
         tensors: "energy" (1,) and "stress" (1,3,3) identical on every rank, per-atom outputs
-        where the placement puts them."""
+        where the placement puts them; those of the owned rows are checked for NaN/inf at
+        the next step."""
         properties = tuple(properties)
         self.image_axes_for(properties)
-        return self._evaluate(self.prepare(batch), properties)
+        result = self._evaluate(self.prepare(batch), properties)
+        if isinstance(self.placement, OwnedRows):  # other placements' callers check theirs
+            self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
+        return result
 
     def prepare(self, batch: Batch) -> Batch:
         """Rebuild the view when any rank's needs it (collective: one all-reduce of the
@@ -171,7 +176,7 @@ class SubdomainModel(nn.Module):
         """The model on the current view, whose owned rows are `owned`'s atoms; ghost
         positions come from their owners through `copy_to_ghosts`."""
         view = self.domain.view
-        wanted = self.engine.wanted(properties)
+        wanted = Wanted.of(self.engine.model, properties)
         leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
@@ -232,6 +237,10 @@ class DistributedModel(SubdomainModel):
     all-reduced; forces and stress are derivatives of this rank's owned partial (never of
     the all-reduced total), with ghost contributions summed back to their owners.
 
+    `forward(owned, properties)` takes this rank's atoms (`owned`, with global_ids); at a
+    rebuild they migrate between ranks (the per-atom fields of `owned` are replaced in
+    place), and results are for the owned atoms in `owned`'s current order.
+
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
         config: the `DomainConfig` (cutoff must cover the model's).
@@ -239,19 +248,6 @@ class DistributedModel(SubdomainModel):
     """
 
     uses_batch_neighbors = False  # the halo view carries its own list (see `compute_view`)
-
-    def forward(
-        self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate with each rank holding only its own atoms (`owned`, with global_ids).
-
-        At a rebuild the atoms of `owned` migrate between ranks (its per-atom fields are
-        replaced in place); results are for the owned atoms in `owned`'s current order, and
-        checked for NaN/inf at the next step.
-        """
-        result = super().forward(owned, properties)
-        self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
-        return result
 
     def owned_rows(self, owned: Batch) -> Batch:
         """`owned` itself: each rank holds only its own atoms."""
