@@ -109,7 +109,7 @@ class HaloEngine:
         owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
         results = consolidate(
-            self.spec, self.comm, out, owned_energy, derived, checking, to.sums_over_ranks
+            self.spec, self.comm, out, owned_energy, derived, checking, not to.partial_sums
         )
         return redistribute(results, to, view, self.comm)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -54,12 +54,15 @@ class RowResults:
         pair_gradients: when per-atom stresses were derived, this rank's share of dE/dr per
             edge slot of the view (E, 3); the shares of all ranks' copies of an edge add up
             to dE/dr.
+        partials: outputs summed over ranks (energy, stress, per-system sums), this rank's
+            partials, when the placement sums them (else they are in `reduced`, summed).
     """
 
     per_row: dict[str, torch.Tensor]
     reduced: dict[str, torch.Tensor]
     gradient_outputs: frozenset[str]
     pair_gradients: torch.Tensor | None = None
+    partials: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class OwnedRows:
     """Placement of per-atom results on the owned rows, complete (`DistributedModel`):
     ghost rows of gradient outputs are summed into their owners first (collective)."""
 
-    sums_over_ranks: ClassVar[bool] = True
+    partial_sums: ClassVar[bool] = False  # the engine all-reduces the sums over ranks
 
 
 @dataclass(frozen=True)
@@ -78,13 +81,14 @@ class PartialRows:
     energy, stress and per-system sums are this rank's partials (no collective); with this
     rank's share of dE/dr per edge slot ("pair_gradients") when derived."""
 
-    sums_over_ranks: ClassVar[bool] = False
+    partial_sums: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
 class Replicated:
     """Placement of every atom's per-atom results on every rank (`ReplicatedModel`): the
-    owned rows, complete, of every rank gathered (one all-gather) and put in `order`.
+    owned rows, complete, of every rank gathered and put in `order`, and the sums over
+    ranks taken from the same gather (one collective).
 
     Attributes:
         order: the rows of all ranks' owned atoms, concatenated by rank, in global id order.
@@ -93,7 +97,7 @@ class Replicated:
 
     order: torch.Tensor
     per_atom: frozenset[str]
-    sums_over_ranks: ClassVar[bool] = True
+    partial_sums: ClassVar[bool] = True  # summed from the gather
 
 
 Placement = OwnedRows | PartialRows | Replicated
@@ -105,7 +109,7 @@ def redistribute(
 ) -> dict[str, torch.Tensor]:
     """`results` of `view` placed as `to` says (collective for `OwnedRows` and `Replicated`
     when a gradient output is per atom, and for `Replicated`)."""
-    placed = dict(results.reduced)
+    placed = {**results.reduced, **results.partials}
     if isinstance(to, PartialRows):
         for name, value in results.per_row.items():
             if name in results.gradient_outputs:
@@ -121,8 +125,9 @@ def redistribute(
             value = sum_ghosts_into_owners(value, view.slot(comm))
         placed[name] = value[: view.n_owned]
     if isinstance(to, Replicated):
-        gathered = comm.all_gather_rows({k: v for k, v in placed.items() if k in to.per_atom})
-        placed.update({name: value[to.order] for name, value in gathered.items()})
+        rows = {k: v for k, v in placed.items() if k in to.per_atom}
+        gathered = comm.all_gather_rows(rows, results.partials)
+        placed.update({k: v[to.order] if k in rows else v for k, v in gathered.items()})
     return placed
 
 
@@ -138,8 +143,9 @@ def consolidate(
     """Detached results, each output by its OutputKind: per-atom ones kept per row, the rest
     consolidated by the kind's collective. `checking`: also check that a model
     differentiating its own energy sums its per-atom energies. Without `summed_over_ranks`
-    the sums over ranks are left to the caller: energy, stress and per-system sums are this
-    rank's partials (a front end that adds them itself, as LAMMPS does, spares a collective)."""
+    the sums over ranks are left to the placement: energy, stress and per-system sums are
+    this rank's partials (`RowResults.partials`), which a gather sums with the rows it
+    gathers, or a front end that adds them itself (LAMMPS) takes as they are."""
     if spec.gradient_outputs and "energy" in out and checking:
         model_energy = out["energy"].detach().sum()
         if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
@@ -155,7 +161,7 @@ def consolidate(
     def add(kind: OutputKind, name: str, value: torch.Tensor) -> None:
         if isinstance(kind.collective, SliceOwned):  # each layout picks its rows
             per_row[name] = value.detach()
-        elif isinstance(kind.collective, AllReduceSum) and summed_over_ranks:
+        elif isinstance(kind.collective, AllReduceSum):
             summed[name] = value.detach()
         else:
             reduced[name] = value.detach()
@@ -180,8 +186,9 @@ def consolidate(
         if name in derived:
             per_row[name] = derived[name].detach()
             gradient_outputs = gradient_outputs | {name}
-    if summed:
+    if summed and summed_over_ranks:
         reduced.update(comm.all_reduce_sums(summed))
+    partials = {} if summed_over_ranks else summed
     pair_gradients = derived.get("pair_gradients")
     pair_gradients = None if pair_gradients is None else pair_gradients.detach()
-    return RowResults(per_row, reduced, gradient_outputs, pair_gradients)
+    return RowResults(per_row, reduced, gradient_outputs, pair_gradients, partials)
