@@ -20,6 +20,7 @@ __all__ = [
     "non_finite_kinds",
     "non_finite_report",
     "rebuild_status",
+    "status_word",
 ]
 
 REBUILD = 1
@@ -48,15 +49,21 @@ def any_non_finite(
     return ~torch.isfinite(total)
 
 
-def rebuild_status(
-    comm: Communicator, stale: torch.Tensor, non_finite: torch.Tensor | None = None
-) -> int:
-    """Collective: `NON_FINITE` if any rank flags `non_finite`, else `REBUILD` if any rank
-    flags `stale` (0-d bool tensors), else 0. The one host synchronisation is the answer."""
-    flag = stale.to(torch.float32)
+def status_word(stale: torch.Tensor, non_finite: torch.Tensor | None = None) -> torch.Tensor:
+    """A rank's status as one 0-d float32 word on the device, without a host
+    synchronisation: `NON_FINITE` if `non_finite`, else `REBUILD` if `stale` (0-d bools),
+    else 0. Ranks agree on the largest (`rebuild_status`); a captured step keeps its result
+    only where it is 0."""
+    word = stale.to(torch.float32)
     if non_finite is not None:
-        flag = torch.where(non_finite.to(stale.device), float(NON_FINITE), flag)
-    return int(comm.all_reduce(flag.reshape(1), "max")[0])
+        word = torch.where(non_finite.to(stale.device), float(NON_FINITE), word)
+    return word
+
+
+def rebuild_status(comm: Communicator, word: torch.Tensor) -> int:
+    """Collective: the largest of the ranks' status words (`status_word`). The one host
+    synchronisation is the answer."""
+    return int(comm.all_reduce(word.reshape(1), "max")[0])
 
 
 def any_rank(comm: Communicator, flag: bool) -> bool:

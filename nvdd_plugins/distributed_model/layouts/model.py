@@ -23,6 +23,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_error,
     non_finite_kinds,
     rebuild_status,
+    status_word,
 )
 from nvdd_plugins.distributed_model.evaluation.results import OwnedRows, Placement
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
@@ -134,15 +135,23 @@ class SubdomainModel(nn.Module):
             self.rebuild(owned)
         return owned
 
-    def _rebuild_needed(self, owned: Batch) -> bool:
-        energy, *per_atom = self._last_results
+    def status(
+        self, owned: Batch, last: tuple[torch.Tensor | None, ...] = _NO_RESULTS
+    ) -> torch.Tensor:
+        """This rank's status word (`status_word`, on the device, no host synchronisation):
+        `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
+        per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
+        them (an atom moved more than the threshold, the cell changed), else 0."""
+        energy, *per_atom = last
         positions = owned.positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        stale = self.domain.verlet.stale(positions, owned.cell[0])
-        status = rebuild_status(self.comm, stale, non_finite)
+        return status_word(self.domain.verlet.stale(positions, owned.cell[0]), non_finite)
+
+    def _rebuild_needed(self, owned: Batch) -> bool:
+        status = rebuild_status(self.comm, self.status(owned, self._last_results))
         if status == NON_FINITE:
-            forces, energies = per_atom
-            kinds = non_finite_kinds(energies, forces, positions)
+            _, forces, energies = self._last_results
+            kinds = non_finite_kinds(energies, forces, owned.positions.detach())
             raise non_finite_error(self.comm, owned.global_ids, kinds)
         return status == REBUILD
 
@@ -205,9 +214,7 @@ class SubdomainModel(nn.Module):
         rebuild (an atom moved more than the threshold, the cell changed) or are not
         finite, or the last evaluation had more pairs within the cutoff than their
         capacity. One rank only: a mesh would all-reduce it."""
-        owned = self.owned_rows(batch)
-        positions = owned.positions.detach()
-        stale = self.domain.verlet.stale(positions, owned.cell[0]) | any_non_finite(positions)
+        stale = self.status(self.owned_rows(batch)) != 0
         pairs = self.engine.runner.pairs
         if pairs is not None and pairs.overflow is not None:
             stale = stale | pairs.overflow
