@@ -1,4 +1,6 @@
-"""From a model's outputs on one rank's view to the results of the step, by `OutputKind`."""
+"""From a model's outputs on one rank's view to the results of the step: consolidated by
+`OutputKind` (`consolidate`), then placed where the layout's `Placement` says
+(`redistribute`)."""
 
 from __future__ import annotations
 
