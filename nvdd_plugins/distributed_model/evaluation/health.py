@@ -20,7 +20,6 @@ __all__ = [
     "non_finite_kinds",
     "non_finite_report",
     "rebuild_status",
-    "status_word",
 ]
 
 REBUILD = 1
@@ -49,21 +48,10 @@ def any_non_finite(
     return ~torch.isfinite(total)
 
 
-def status_word(stale: torch.Tensor, non_finite: torch.Tensor | None = None) -> torch.Tensor:
-    """A rank's status as one 0-d float32 word on the device, without a host
-    synchronisation: `NON_FINITE` if `non_finite`, else `REBUILD` if `stale` (0-d bools),
-    else 0. Ranks agree on the largest (`rebuild_status`); a captured step keeps its result
-    only where it is 0."""
-    word = stale.to(torch.float32)
-    if non_finite is not None:
-        word = torch.where(non_finite.to(stale.device), float(NON_FINITE), word)
-    return word
-
-
 def rebuild_status(comm: Communicator, word: torch.Tensor) -> int:
-    """Collective: the largest of the ranks' status words (`status_word`). The one host
-    synchronisation is the answer."""
-    return int(comm.all_reduce(word.reshape(1), "max")[0])
+    """Collective: the largest of the ranks' 0-d status words (`NON_FINITE`, `REBUILD` or
+    0; a bool is `REBUILD` or 0). The one host synchronisation is the answer."""
+    return int(comm.all_reduce(word.to(torch.float32).reshape(1), "max")[0])
 
 
 def any_rank(comm: Communicator, flag: bool) -> bool:

@@ -23,7 +23,6 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_error,
     non_finite_kinds,
     rebuild_status,
-    status_word,
 )
 from nvdd_plugins.distributed_model.evaluation.results import OwnedRows, Placement
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
@@ -118,7 +117,11 @@ class SubdomainModel(nn.Module):
         where the placement puts them; those of the owned rows are checked for NaN/inf at
         the next step."""
         properties = tuple(properties)
-        self.image_axes_for(properties)
+        # the heat flux needs every periodic image of an atom as a row of its own: from the
+        # first evaluation asking for it on, views image every periodic axis (every rank
+        # asks for the same properties)
+        if HEAT_FLUX_TENSORS in properties and isinstance(self.domain, HaloDomain):
+            self.domain.image_periodic_axes()
         result = self._evaluate(self.prepare(batch), properties)
         if isinstance(self.placement, OwnedRows):  # other placements' callers check theirs
             self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
@@ -138,14 +141,16 @@ class SubdomainModel(nn.Module):
     def status(
         self, owned: Batch, last: tuple[torch.Tensor | None, ...] = _NO_RESULTS
     ) -> torch.Tensor:
-        """This rank's status word (`status_word`, on the device, no host synchronisation):
+        """This rank's status word (0-d float32 on the device, no host synchronisation):
         `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
         per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
-        them (an atom moved more than the threshold, the cell changed), else 0."""
+        them (an atom moved more than the threshold, the cell changed), else 0. Ranks agree
+        on the largest (`rebuild_status`); a captured step is kept only where it is 0."""
         energy, *per_atom = last
         positions = owned.positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        return status_word(self.domain.verlet.stale(positions, owned.cell[0]), non_finite)
+        stale = self.domain.verlet.stale(positions, owned.cell[0]).to(torch.float32)
+        return torch.where(non_finite, float(NON_FINITE), stale)
 
     def _rebuild_needed(self, owned: Batch) -> bool:
         status = rebuild_status(self.comm, self.status(owned, self._last_results))
@@ -154,14 +159,6 @@ class SubdomainModel(nn.Module):
             kinds = non_finite_kinds(energies, forces, owned.positions.detach())
             raise non_finite_error(self.comm, owned.global_ids, kinds)
         return status == REBUILD
-
-    def image_axes_for(self, properties: Iterable[str]) -> None:
-        """Before the rebuild check of an evaluation of `properties`: the heat flux needs
-        every periodic image of an atom as a row of its own, so from the first evaluation
-        asking for it on, views image every periodic axis (collective: every rank asks
-        for the same properties)."""
-        if HEAT_FLUX_TENSORS in properties and isinstance(self.domain, HaloDomain):
-            self.domain.image_periodic_axes()
 
     def rebuild(self, owned: Batch) -> HaloView:
         """Build the view of `owned` (this rank's atoms at their current positions) and have
