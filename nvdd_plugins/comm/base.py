@@ -127,18 +127,35 @@ class Communicator(ABC):
                 summed[name] = part.reshape(tensors[name].shape)
         return summed
 
-    def all_gather_rows(self, fields: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def all_gather_rows(
+        self, fields: Mapping[str, torch.Tensor], summed: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
         """Every rank's rows of `fields` (one row count per rank), concatenated in rank
-        order (collective): one all-gather per dtype, the fields of a dtype side by side."""
-        gathered = {}
-        for names in _names_by_dtype(fields):
-            flat = [
-                fields[n].reshape(len(fields[n]), math.prod(fields[n].shape[1:])) for n in names
-            ]
-            rows = torch.cat(self.all_gather(torch.cat(flat, dim=1)))
+        order, and each of `summed` summed over all ranks (collective): one all-gather per
+        dtype, the fields of a dtype side by side, that dtype's `summed` after them."""
+        gathered, summed = {}, summed or {}
+        for names in _names_by_dtype({**fields, **summed}):
+            rows = [n for n in names if n in fields]
+            flat = [fields[n].reshape(len(fields[n]), math.prod(fields[n].shape[1:])) for n in rows]
             widths = [part.shape[1] for part in flat]
-            for name, part in zip(names, rows.split(widths, dim=1), strict=True):
-                gathered[name] = part.reshape(-1, *fields[name].shape[1:])
+            sums = [n for n in names if n in summed]
+            if sums:
+                tail = torch.cat([summed[n].reshape(-1) for n in sums])
+                block = [torch.cat(flat, dim=1).reshape(-1)] if flat else []
+                parts = self.all_gather(torch.cat([*block, tail]))
+                cuts = [part.numel() - tail.numel() for part in parts]
+                # summed as an all-reduce sums: the ranks' values stacked in rank order
+                totals = torch.stack([p[c:] for p, c in zip(parts, cuts, strict=True)]).sum(0)
+                counts = [summed[n].numel() for n in sums]
+                for name, total in zip(sums, totals.split(counts), strict=True):
+                    gathered[name] = total.reshape(summed[name].shape)
+                parts = [p[:c] for p, c in zip(parts, cuts, strict=True)]
+            else:
+                parts = self.all_gather(torch.cat(flat, dim=1))
+            if rows:
+                block = torch.cat([part.reshape(-1, sum(widths)) for part in parts])
+                for name, part in zip(rows, block.split(widths, dim=1), strict=True):
+                    gathered[name] = part.reshape(-1, *fields[name].shape[1:])
         return gathered
 
     def _rows_to(self, dst: int, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:

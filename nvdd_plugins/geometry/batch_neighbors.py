@@ -50,7 +50,7 @@ class VerletNeighborList:
     def attach(self, batch: Batch) -> None:
         """Set `edge_index`, `shifts` and `unit_shifts` of `batch` to its current pairs."""
         positions = batch.positions.detach()
-        if self._pairs is None or self._verlet.needs_rebuild(
+        if self._pairs is None or self._verlet.stale(
             positions, batch.cell, numbers=batch.atomic_numbers
         ):
             listed = batch.copy()

@@ -54,12 +54,12 @@ class VerletState:
       (any row layout the list depends on, e.g. a front end's global ids), and
     * ``rows`` and ``pairs``: the padded row and pair-slot capacities of the list.
 
-    ``needs_rebuild`` is True when there is no reference, the atom count, cell, pbc, numbers
-    or ids differ (compared exactly; ``None`` is a value), ``skin`` is 0, or an atom moved
-    more than the threshold. Without positions only the layout is compared: for lists whose
-    pairs a front end provides. Displacements are raw Cartesian differences, so re-wrapping
-    atoms into the cell also triggers a rebuild. Capacities are fitted on the host at each
-    build, so a list never overflows them.
+    ``stale`` is the one answer to whether a list still holds: True when there is no
+    reference, the atom count, cell, pbc, numbers or ids differ, or an atom moved more than
+    the threshold (any move with no skin). Without positions only the layout is compared:
+    for lists whose pairs a front end provides. Displacements are raw Cartesian differences,
+    so re-wrapping atoms into the cell also triggers a rebuild. Capacities are fitted on the
+    host at each build, so a list never overflows them.
 
     Args:
         skin: Verlet skin, Å.
@@ -79,6 +79,7 @@ class VerletState:
         self.pairs = Capacity(growth)
         self._positions: torch.Tensor | None = None
         self._layout: tuple[Any, ...] | None = None
+        self._row_layout = False  # pbc, numbers or ids recorded: compared on the host
 
     @property
     def reference(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -88,7 +89,7 @@ class VerletState:
         return self._positions, self._layout[0]
 
     def reset(self) -> None:
-        """Forget the reference, so the next ``needs_rebuild`` answers True."""
+        """Forget the reference, so the next ``stale`` answers True."""
         self._positions = self._layout = None
 
     def record(
@@ -108,39 +109,48 @@ class VerletState:
             None if pbc is None else _as_pbc(pbc),
             None if ids is None else torch.as_tensor(ids).detach().clone(),
         )
+        self._row_layout = any(part is not None for part in self._layout[1:])
 
-    def stale(self, positions: torch.Tensor, cell: torch.Tensor | None = None) -> torch.Tensor:
-        """0-d bool on the positions' device, without a host synchronisation: no reference
-        with as many atoms, an atom moved more than the threshold, or `cell` differs from
-        the reference. For callers that combine it with other flags first."""
-        reference = self._positions
-        if reference is None or positions.shape != reference.shape:
-            return torch.ones((), dtype=torch.bool, device=positions.device)
-        reference = reference.to(positions.device, positions.dtype)
-        moved = (positions.detach() - reference).square().sum(dim=1)
-        far = (moved > self._threshold**2).any()
-        cell_then = self._layout[0] if self._layout is not None else None
-        if cell is not None and cell_then is not None:
-            far = far | (cell.detach() != cell_then.to(cell.device, cell.dtype)).any()
-        return far
-
-    def needs_rebuild(
+    def stale(
         self,
         positions: torch.Tensor | None,
         cell: torch.Tensor | None = None,
         pbc: PbcLike | None = None,
         numbers: torch.Tensor | None = None,
         ids: torch.Tensor | None = None,
-    ) -> bool:
-        """True when a list recorded at the last ``record`` may miss a pair within the cutoff
-        (without positions: when the row layout changed)."""
+    ) -> torch.Tensor:
+        """0-d bool: a list recorded at the last ``record`` may miss a pair within the
+        cutoff. Positions and cell are compared on their device, without a host
+        synchronisation (no reference with as many atoms, an atom moved more than the
+        threshold, `cell` differs from the reference); the layout (pbc, numbers, ids) on
+        the host (all compared exactly, ``None`` is a value), which synchronises only where
+        a tensor is given or recorded. Without positions only the layout is compared (on
+        the host: the answer is a CPU tensor)."""
+        device = torch.device("cpu") if positions is None else positions.device
         if self._layout is None:
-            return True
-        cell_then, numbers_then, pbc_then, ids_then = self._layout
-        if not (_same(cell_then, cell) and _same(numbers_then, numbers) and _same(ids_then, ids)):
-            return True
-        if (None if pbc is None else _as_pbc(pbc)) != pbc_then:
-            return True
+            return torch.ones((), dtype=torch.bool, device=device)
+        given = pbc is not None or numbers is not None or ids is not None
+        if (given or self._row_layout) and not self._same_layout(pbc, numbers, ids):
+            return torch.ones((), dtype=torch.bool, device=device)
         if positions is None:
-            return False
-        return self._skin == 0.0 or bool(self.stale(positions, cell))
+            return torch.zeros((), dtype=torch.bool, device=device)
+        reference = self._positions
+        if reference is None or positions.shape != reference.shape:
+            return torch.ones((), dtype=torch.bool, device=positions.device)
+        reference = reference.to(positions.device, positions.dtype)
+        moved = (positions.detach() - reference).square().sum(dim=1)
+        far = (moved > self._threshold**2).any()
+        cell_then = self._layout[0]
+        if cell is None and cell_then is None:
+            return far
+        if cell is None or cell_then is None or cell.shape != cell_then.shape:
+            return torch.ones((), dtype=torch.bool, device=positions.device)
+        return far | (cell.detach() != cell_then.to(cell.device, cell.dtype)).any()
+
+    def _same_layout(
+        self, pbc: PbcLike | None, numbers: torch.Tensor | None, ids: torch.Tensor | None
+    ) -> bool:
+        assert self._layout is not None
+        _, numbers_then, pbc_then, ids_then = self._layout
+        same_pbc = (None if pbc is None else _as_pbc(pbc)) == pbc_then
+        return same_pbc and _same(numbers_then, numbers) and _same(ids_then, ids)

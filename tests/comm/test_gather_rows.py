@@ -1,5 +1,6 @@
-"""`Communicator.all_gather_rows`, `gather_by_id` and `all_reduce_sums` (simulated ranks), and
-the collectives of a steady `ReplicatedModel` call (the ASE calculator's layout)."""
+"""`Communicator.all_gather_rows` (with sums over ranks), `gather_by_id` and `all_reduce_sums`
+(simulated ranks), and the collectives of a steady `ReplicatedModel` call (the ASE
+calculator's layout)."""
 
 from __future__ import annotations
 
@@ -59,10 +60,36 @@ def test_sums_over_ranks_come_back_by_name_in_their_dtype_and_shape() -> None:
         assert torch.equal(result["charge"], torch.tensor([6.0, -6.0]))
 
 
+@pytest.mark.parametrize("size", [1, 3])
+def test_sums_gathered_with_rows_equal_the_all_reduced_ones(size: int) -> None:
+    """Sums taken from the all-gather of the rows, bit for bit those of an all-reduce, in
+    one collective; a dtype without rows (the counts) is gathered alone."""
+
+    def both(comm: Communicator) -> tuple[dict[str, torch.Tensor], ...]:
+        _, fields = _fields(comm.rank)
+        rank = comm.rank + 1.0
+        sums = {
+            "energy": torch.tensor([rank / 3.0], dtype=torch.float64),
+            "stress": torch.full((1, 3, 3), rank / 7.0, dtype=torch.float64),
+            "charge": torch.tensor([rank, -rank / 3.0], dtype=torch.float32),
+            "none": torch.zeros(0, dtype=torch.float32),
+        }
+        rows = {"energies": fields["energies"], "forces": fields["forces"]}
+        return comm.all_gather_rows(rows, sums), comm.all_reduce_sums(sums), rows
+
+    results = run_simulated(size, both)
+    for gathered, reduced, _ in results:
+        for name, value in reduced.items():
+            assert gathered[name].dtype == value.dtype and torch.equal(gathered[name], value)
+        for name in ("energies", "forces"):
+            expected = torch.cat([rows[name] for _, _, rows in results])
+            assert torch.equal(gathered[name], expected), name
+
+
 def test_a_steady_replicated_call_gathers_and_sums_once() -> None:
-    """Between rebuilds the per-atom results of all ranks come back in one all-gather (the
-    order of the rows by id is known since the rebuild), and energy and stress are summed
-    in one all-reduce, besides the rebuild check."""
+    """Between rebuilds the per-atom results of all ranks and the sums over ranks (energy,
+    stress) come back in one all-gather (the order of the rows by id is known since the
+    rebuild), besides the rebuild check's all-reduce."""
     atoms = SYSTEMS["bulk"]()
     model = mpnn_model()
 
@@ -87,4 +114,4 @@ def test_a_steady_replicated_call_gathers_and_sums_once() -> None:
         return per_call
 
     for per_call in run_simulated(2, collectives):
-        assert per_call[1:] == [{"all_gather": 1, "all_reduce": 2}] * 2, per_call
+        assert per_call[1:] == [{"all_gather": 1, "all_reduce": 1}] * 2, per_call

@@ -11,18 +11,18 @@ def test_displacement_threshold() -> None:
     positions = torch.zeros((4, 3), dtype=torch.float64)
     cell = torch.eye(3, dtype=torch.float64) * 10.0
     verlet = VerletState(skin=1.0)
-    assert verlet.needs_rebuild(positions, cell)
+    assert verlet.stale(positions, cell)
     verlet.record(positions, cell)
-    assert not verlet.needs_rebuild(positions, cell)
+    assert not verlet.stale(positions, cell)
     moved = positions.clone()
     moved[2] = torch.tensor([0.3, 0.3, 0.0], dtype=torch.float64)
-    assert not verlet.needs_rebuild(moved, cell)
+    assert not verlet.stale(moved, cell)
     moved[3, 2] = 0.51
-    assert verlet.needs_rebuild(moved, cell)
+    assert verlet.stale(moved, cell)
     verlet.record(moved, cell)
-    assert not verlet.needs_rebuild(moved, cell)
+    assert not verlet.stale(moved, cell)
     verlet.reset()
-    assert verlet.needs_rebuild(moved, cell)
+    assert verlet.stale(moved, cell)
 
 
 def test_cell_pbc_numbers_and_count_changes() -> None:
@@ -31,20 +31,23 @@ def test_cell_pbc_numbers_and_count_changes() -> None:
     numbers = torch.tensor([1, 1, 8, 8, 6])
     verlet = VerletState(skin=0.5)
     verlet.record(positions, cell, (True, True, False), numbers)
-    assert not verlet.needs_rebuild(positions, cell, (True, True, False), numbers)
-    assert verlet.needs_rebuild(positions, cell * 1.0001, (True, True, False), numbers)
-    assert verlet.needs_rebuild(positions, None, (True, True, False), numbers)
-    assert verlet.needs_rebuild(positions, cell, True, numbers)
-    assert verlet.needs_rebuild(positions, cell, (True, True, False), numbers.flip(0))
-    assert verlet.needs_rebuild(positions[:4], cell, (True, True, False), numbers[:4])
-    assert verlet.needs_rebuild(torch.rand(6, 3), cell, (True, True, False), numbers)
+    assert not verlet.stale(positions, cell, (True, True, False), numbers)
+    assert verlet.stale(positions, cell * 1.0001, (True, True, False), numbers)
+    assert verlet.stale(positions, None, (True, True, False), numbers)
+    assert verlet.stale(positions, cell, True, numbers)
+    assert verlet.stale(positions, cell, (True, True, False), numbers.flip(0))
+    assert verlet.stale(positions[:4], cell, (True, True, False), numbers[:4])
+    assert verlet.stale(torch.rand(6, 3), cell, (True, True, False), numbers)
 
 
-def test_zero_skin_always_rebuilds() -> None:
+def test_zero_skin_rebuilds_at_any_move() -> None:
     positions = torch.rand(3, 3)
     verlet = VerletState(skin=0.0)
     verlet.record(positions)
-    assert verlet.needs_rebuild(positions)
+    assert not verlet.stale(positions)
+    moved = positions.clone()
+    moved[1, 0] = torch.nextafter(moved[1, 0], torch.tensor(2.0))
+    assert verlet.stale(moved)
 
 
 def test_invalid_arguments() -> None:
@@ -64,7 +67,7 @@ def test_verlet_list_stays_valid_until_rebuild() -> None:
     rebuilds = 0
     for _ in range(60):
         positions = positions + torch.tensor(rng.normal(0.0, 0.05, positions.shape))
-        if state.needs_rebuild(positions, cell, True):
+        if state.stale(positions, cell, True):
             verlet = build_neighbor_list(positions, cell, True, cutoff + skin)
             state.record(positions, cell, True)
             rebuilds += 1
@@ -82,15 +85,15 @@ def test_layout_only_state_follows_ids() -> None:
     """Without positions (a front end lists the pairs) only the row layout is compared."""
     state = VerletState()
     ids = torch.tensor([4, 0, 7])
-    assert state.needs_rebuild(None, ids=ids)
+    assert state.stale(None, ids=ids)
     state.record(None, ids=ids)
-    assert not state.needs_rebuild(None, ids=ids.clone())
-    assert state.needs_rebuild(None, ids=ids.flip(0))
-    assert state.needs_rebuild(None, ids=ids[:2])
+    assert not state.stale(None, ids=ids.clone())
+    assert state.stale(None, ids=ids.flip(0))
+    assert state.stale(None, ids=ids[:2])
     assert state.stale(torch.zeros(3, 3))  # no reference positions: stale
 
 
-def test_stale_flag_matches_needs_rebuild() -> None:
+def test_stale_flag_matches_stale() -> None:
     state = VerletState(skin=1.0, threshold=0.2)
     positions = torch.zeros(2, 3, dtype=torch.float64)
     cell = torch.eye(3, dtype=torch.float64)
@@ -101,7 +104,7 @@ def test_stale_flag_matches_needs_rebuild() -> None:
     assert state.stale(positions[:1], cell)
     moved = positions.clone()
     moved[0, 0] = 0.25  # beyond the threshold, within skin / 2
-    assert state.stale(moved, cell) and state.needs_rebuild(moved, cell)
+    assert state.stale(moved, cell)
 
 
 @pytest.mark.parametrize("growth", [None, 1.5])

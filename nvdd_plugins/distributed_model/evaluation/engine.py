@@ -2,12 +2,11 @@
 
 The engine knows nothing of how the view was laid out (owned atoms that migrate, a
 replicated full system, LAMMPS's rows): it takes every row's position, runs the model the
-way its spec says and returns `RowResults`, which each layout maps back to its atoms.
+way its spec says and places the results where the layout's `Placement` says.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import partial
 
 import torch
@@ -17,7 +16,11 @@ from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.evaluation.heat_flux import FluxTaps
-from nvdd_plugins.distributed_model.evaluation.results import RowResults, consolidate
+from nvdd_plugins.distributed_model.evaluation.results import (
+    Placement,
+    consolidate,
+    redistribute,
+)
 from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
 from nvdd_plugins.distributed_model.evaluation.shells import (
     Shell,
@@ -74,10 +77,6 @@ class HaloEngine:
         check the next forward."""
         self.runner.rebuilt(cell, pbc)
 
-    def wanted(self, properties: Iterable[str]) -> Wanted:
-        """What of `properties` this engine derives by autograd."""
-        return Wanted.of(self.model, properties)
-
     def evaluate(
         self,
         view: HaloView,
@@ -86,15 +85,15 @@ class HaloEngine:
         cell: torch.Tensor,
         pbc: torch.Tensor,
         wanted: Wanted,
-        summed_over_ranks: bool = True,
-    ) -> RowResults:
+        to: Placement,
+    ) -> dict[str, torch.Tensor]:
         """The model on `view` with every row's position `rows` (built from `leaf`, the
-        positions forces are taken against when it requires grad); energy and stress are
-        this rank's owned partials summed over ranks. `wanted.stresses`: also this rank's
-        share of dE/dr per edge slot (`RowResults.pair_gradients`) and the per-atom
-        "stresses" it gives (ghost rows owed to their owners); `wanted.heat_flux`: per-atom
-        heat-flux tensors, likewise (the view must image every periodic axis). Without
-        `summed_over_ranks`, energy and stress are this rank's partials (no collective)."""
+        positions forces are taken against when it requires grad), its detached results
+        placed as `to` says; energy and stress are this rank's owned partials, summed over
+        ranks unless `to` leaves them partial. `wanted.stresses`: also this rank's share of
+        dE/dr per edge slot and the per-atom "stresses" it gives (ghost rows owed to their
+        owners); `wanted.heat_flux`: per-atom heat-flux tensors, likewise (the view must
+        image every periodic axis)."""
         cell = cell.detach()
         flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
         if self.chunks is not None:
@@ -109,9 +108,10 @@ class HaloEngine:
             )
         owned_energy = out["energies"][: view.n_owned].sum()
         checking, self.runner.checking = self.runner.checking, False
-        return consolidate(
-            self.spec, self.comm, out, owned_energy, derived, checking, summed_over_ranks
+        results = consolidate(
+            self.spec, self.comm, out, owned_energy, derived, checking, not to.partial_sums
         )
+        return redistribute(results, to, view, self.comm)
 
     def _flux_taps(self, view: HaloView, rows: torch.Tensor, cell: torch.Tensor) -> FluxTaps:
         """The heat flux's record of the forward on `view`, or a clear error where it is

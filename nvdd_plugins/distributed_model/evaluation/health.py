@@ -48,15 +48,10 @@ def any_non_finite(
     return ~torch.isfinite(total)
 
 
-def rebuild_status(
-    comm: Communicator, stale: torch.Tensor, non_finite: torch.Tensor | None = None
-) -> int:
-    """Collective: `NON_FINITE` if any rank flags `non_finite`, else `REBUILD` if any rank
-    flags `stale` (0-d bool tensors), else 0. The one host synchronisation is the answer."""
-    flag = stale.to(torch.float32)
-    if non_finite is not None:
-        flag = torch.where(non_finite.to(stale.device), float(NON_FINITE), flag)
-    return int(comm.all_reduce(flag.reshape(1), "max")[0])
+def rebuild_status(comm: Communicator, word: torch.Tensor) -> int:
+    """Collective: the largest of the ranks' 0-d status words (`NON_FINITE`, `REBUILD` or
+    0; a bool is `REBUILD` or 0). The one host synchronisation is the answer."""
+    return int(comm.all_reduce(word.to(torch.float32).reshape(1), "max")[0])
 
 
 def any_rank(comm: Communicator, flag: bool) -> bool:

@@ -1,8 +1,11 @@
-"""From a model's outputs on one rank's view to the results of the step, by `OutputKind`."""
+"""From a model's outputs on one rank's view to the results of the step: consolidated by
+`OutputKind` (`consolidate`), then placed where the layout's `Placement` says
+(`redistribute`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -12,7 +15,16 @@ from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
-__all__ = ["RowResults", "check_energies", "consolidate"]
+__all__ = [
+    "OwnedRows",
+    "PartialRows",
+    "Placement",
+    "Replicated",
+    "RowResults",
+    "check_energies",
+    "consolidate",
+    "redistribute",
+]
 
 
 def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
@@ -32,7 +44,7 @@ def check_energies(energies: torch.Tensor | None, n_rows: int) -> None:
 
 @dataclass(frozen=True)
 class RowResults:
-    """One rank's results on its view, before a layout maps them to its atoms.
+    """One rank's results on its view, before `redistribute` places them.
 
     Attributes:
         per_row: detached per-atom (`OutputKind.PER_NODE`) outputs over every row of the view.
@@ -44,34 +56,81 @@ class RowResults:
         pair_gradients: when per-atom stresses were derived, this rank's share of dE/dr per
             edge slot of the view (E, 3); the shares of all ranks' copies of an edge add up
             to dE/dr.
+        partials: outputs summed over ranks (energy, stress, per-system sums), this rank's
+            partials, when the placement sums them (else they are in `reduced`, summed).
     """
 
     per_row: dict[str, torch.Tensor]
     reduced: dict[str, torch.Tensor]
     gradient_outputs: frozenset[str]
     pair_gradients: torch.Tensor | None = None
+    partials: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def for_owned_rows(self, view: HaloView, comm: Communicator) -> dict[str, torch.Tensor]:
-        """Per-atom outputs of the owned rows (collective: ghost rows of gradient outputs are
-        summed into their owners first)."""
-        owned = {}
-        for name, value in self.per_row.items():
-            if name in self.gradient_outputs:
-                value = sum_ghosts_into_owners(value, view.slot(comm))
-            owned[name] = value[: view.n_owned]
-        return {**self.reduced, **owned}
 
-    def for_local_rows(self, view: HaloView) -> dict[str, torch.Tensor]:
-        """Per-atom outputs of every local row (owned, then ghosts): gradient outputs as
-        computed (their ghost rows are owed to the owners), the others zero on ghost rows."""
-        local = {}
-        for name, value in self.per_row.items():
-            if name in self.gradient_outputs:
-                local[name] = value[: view.n_local]
+@dataclass(frozen=True)
+class OwnedRows:
+    """Placement of per-atom results on the owned rows, complete (`DistributedModel`):
+    ghost rows of gradient outputs are summed into their owners first (collective)."""
+
+    partial_sums: ClassVar[bool] = False  # the engine all-reduces the sums over ranks
+
+
+@dataclass(frozen=True)
+class PartialRows:
+    """Placement of per-atom results on every local row, owned then ghosts, partial over
+    ghost rows and over ranks (a front end that adds both itself: LAMMPS). Gradient outputs
+    as computed (a ghost row's share is owed to its owner), values zero on ghost rows;
+    energy, stress and per-system sums are this rank's partials (no collective); with this
+    rank's share of dE/dr per edge slot ("pair_gradients") when derived."""
+
+    partial_sums: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """Placement of every atom's per-atom results on every rank (`ReplicatedModel`): the
+    owned rows, complete, of every rank gathered and put in `order`, and the sums over
+    ranks taken from the same gather (one collective).
+
+    Attributes:
+        order: the rows of all ranks' owned atoms, concatenated by rank, in global id order.
+        per_atom: the outputs gathered (the others are complete on every rank).
+    """
+
+    order: torch.Tensor
+    per_atom: frozenset[str]
+    partial_sums: ClassVar[bool] = True  # summed from the gather
+
+
+Placement = OwnedRows | PartialRows | Replicated
+"""Where a step's results go: the layouts' placements, each converted by `redistribute`."""
+
+
+def redistribute(
+    results: RowResults, to: Placement, view: HaloView, comm: Communicator
+) -> dict[str, torch.Tensor]:
+    """`results` of `view` placed as `to` says (collective for `OwnedRows` and `Replicated`
+    when a gradient output is per atom, and for `Replicated`)."""
+    placed = {**results.reduced, **results.partials}
+    if isinstance(to, PartialRows):
+        for name, value in results.per_row.items():
+            if name in results.gradient_outputs:
+                placed[name] = value[: view.n_local]
             else:
-                local[name] = torch.zeros_like(value[: view.n_local])
-                local[name][: view.n_owned] = value[: view.n_owned]
-        return {**self.reduced, **local}
+                placed[name] = torch.zeros_like(value[: view.n_local])
+                placed[name][: view.n_owned] = value[: view.n_owned]
+        if results.pair_gradients is not None:
+            placed["pair_gradients"] = results.pair_gradients
+        return placed
+    for name, value in results.per_row.items():
+        if name in results.gradient_outputs:
+            value = sum_ghosts_into_owners(value, view.slot(comm))
+        placed[name] = value[: view.n_owned]
+    if isinstance(to, Replicated):
+        rows = {k: v for k, v in placed.items() if k in to.per_atom}
+        gathered = comm.all_gather_rows(rows, results.partials)
+        placed.update({k: v[to.order] if k in rows else v for k, v in gathered.items()})
+    return placed
 
 
 def consolidate(
@@ -86,8 +145,9 @@ def consolidate(
     """Detached results, each output by its OutputKind: per-atom ones kept per row, the rest
     consolidated by the kind's collective. `checking`: also check that a model
     differentiating its own energy sums its per-atom energies. Without `summed_over_ranks`
-    the sums over ranks are left to the caller: energy, stress and per-system sums are this
-    rank's partials (a front end that adds them itself, as LAMMPS does, spares a collective)."""
+    the sums over ranks are left to the placement: energy, stress and per-system sums are
+    this rank's partials (`RowResults.partials`), which a gather sums with the rows it
+    gathers, or a front end that adds them itself (LAMMPS) takes as they are."""
     if spec.gradient_outputs and "energy" in out and checking:
         model_energy = out["energy"].detach().sum()
         if not torch.allclose(model_energy, partial.detach(), rtol=1e-6, atol=1e-8):
@@ -103,7 +163,7 @@ def consolidate(
     def add(kind: OutputKind, name: str, value: torch.Tensor) -> None:
         if isinstance(kind.collective, SliceOwned):  # each layout picks its rows
             per_row[name] = value.detach()
-        elif isinstance(kind.collective, AllReduceSum) and summed_over_ranks:
+        elif isinstance(kind.collective, AllReduceSum):
             summed[name] = value.detach()
         else:
             reduced[name] = value.detach()
@@ -128,8 +188,9 @@ def consolidate(
         if name in derived:
             per_row[name] = derived[name].detach()
             gradient_outputs = gradient_outputs | {name}
-    if summed:
+    if summed and summed_over_ranks:
         reduced.update(comm.all_reduce_sums(summed))
+    partials = {} if summed_over_ranks else summed
     pair_gradients = derived.get("pair_gradients")
     pair_gradients = None if pair_gradients is None else pair_gradients.detach()
-    return RowResults(per_row, reduced, gradient_outputs, pair_gradients)
+    return RowResults(per_row, reduced, gradient_outputs, pair_gradients, partials)

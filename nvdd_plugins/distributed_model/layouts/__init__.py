@@ -1,4 +1,4 @@
-"""Layouts: where a view's rows come from and where results go back. `DistributedModel`
-(owned atoms that migrate), `ReplicatedModel` (every rank holds the system: the ASE
-calculator), `GivenRowsModel` (LAMMPS's rows), `OneProcessEvaluator` and `ChunkedEvaluator`
-(one process)."""
+"""Layouts: where a view's rows come from and where results go, over one step
+(`SubdomainModel`): `DistributedModel` (owned atoms that migrate), `ReplicatedModel` (every
+rank holds the system: the ASE calculator), `OneRankModel` under `OneProcessEvaluator` (one
+process), `GivenRowsModel` (LAMMPS's rows) and `ChunkedEvaluator` (one process, in chunks)."""

@@ -17,6 +17,7 @@ from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.evaluation.results import PartialRows
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
@@ -83,7 +84,7 @@ class GivenRowsModel:
         if pairs is not None:
             return self._assemble(plan, positions, numbers, ids, pairs)
         held = self._listed_view
-        if held is None or held.plan is not plan or self._listed.needs_rebuild(positions):
+        if held is None or held.plan is not plan or self._listed.stale(positions):
             radius = self.engine.config.cutoff + self.skin
             listed = build_neighbor_list(positions, None, (False,) * 3, radius, touching=n_owned)
             held = self._assemble(plan, positions, numbers, ids, listed.edge_index)
@@ -109,8 +110,7 @@ class GivenRowsModel:
             return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
         # compared where the ids are (no host pass over them at each step)
         layout = torch.cat([ids.new_tensor([n_owned]), ids]).long()
-        changed = self.verlet.needs_rebuild(None, ids=layout)
-        if rebuild_status(self.comm, torch.tensor(changed)) == REBUILD:
+        if rebuild_status(self.comm, self.verlet.stale(None, ids=layout)) == REBUILD:
             self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self.verlet.record(None, ids=layout)
             # as after a DomainParallel rebuild, the next forward is checked and its plan
@@ -147,9 +147,5 @@ class GivenRowsModel:
             rows = torch.cat([leaf, view.padding_positions.to(leaf.dtype)])
         pbc = torch.zeros(1, 3, dtype=torch.bool, device=positions.device)  # no host copy
         wanted = Wanted(forces=True, stress=False, stresses=pair_gradients)
-        # the front end sums energies over ranks itself: no all-reduce of them here
-        results = self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, summed_over_ranks=False)
-        out = results.for_local_rows(view)
-        if results.pair_gradients is not None:
-            out["pair_gradients"] = results.pair_gradients
-        return out
+        # the front end sums energies over ranks and ghost rows into owners itself
+        return self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, PartialRows())

@@ -14,6 +14,7 @@ from torch import nn
 from nvdd_plugins.comm import Communicator, TimedCommunicator, computing, resolve_communicator
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import (
     NON_FINITE,
@@ -23,6 +24,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_kinds,
     rebuild_status,
 )
+from nvdd_plugins.distributed_model.evaluation.results import OwnedRows, Placement
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
 from nvdd_plugins.distributed_model.rows.graph_partition import GraphDomain
 from nvdd_plugins.distributed_model.rows.view import HaloView
@@ -35,10 +37,11 @@ _NO_RESULTS: tuple[None, None, None] = (None, None, None)
 
 
 class SubdomainModel(nn.Module):
-    """What every layout of a model over sub-domains shares: this rank's communicator, the
-    engine that runs the model on a view, the decomposition state (`domain`), and the
-    rebuild and NaN checks. Layouts differ in which atoms a rank holds and how results map
-    back to them (`DistributedModel`, `ReplicatedModel`).
+    """The step every layout of a model over sub-domains shares: one status all-reduce
+    (rebuild needed, NaN), one rebuild of the view (`domain`), the ghost positions
+    refreshed, the engine's evaluation and its results placed (`placement`). Layouts differ
+    only in their row source (`owned_rows`, `moved_rows`: which atoms a rank holds, how
+    they move at a rebuild) and placement (`DistributedModel`, `ReplicatedModel`).
 
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
@@ -87,32 +90,75 @@ class SubdomainModel(nn.Module):
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step; forgotten when the owned rows change other than by that step
         self._last_results: tuple[torch.Tensor | None, ...] = _NO_RESULTS
+        self.placement: Placement = OwnedRows()
 
     def setup(self, full: Batch | None) -> None:
         """Fix the decomposition from the full system on rank 0 (collective)."""
         self.domain.setup(full)
         self._last_results = _NO_RESULTS
 
-    def _rebuild_needed(
-        self, positions: torch.Tensor, cell: torch.Tensor, ids: torch.Tensor
-    ) -> bool:
-        energy, *per_atom = self._last_results
-        positions = positions.detach()
-        non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        stale = self.domain.verlet.stale(positions, cell)
-        status = rebuild_status(self.comm, stale, non_finite)
-        if status == NON_FINITE:
-            forces, energies = per_atom
-            raise non_finite_error(self.comm, ids, non_finite_kinds(energies, forces, positions))
-        return status == REBUILD
+    # -- the row source: which atoms a rank holds, and how they move at a rebuild -----------
+    def owned_rows(self, batch: Batch) -> Batch:
+        """This rank's owned atoms of `batch` (the layout's input), with their global ids, in
+        the order of the last rebuild."""
+        raise NotImplementedError
 
-    def image_axes_for(self, properties: Iterable[str]) -> None:
-        """Before the rebuild check of an evaluation of `properties`: the heat flux needs
-        every periodic image of an atom as a row of its own, so from the first evaluation
-        asking for it on, views image every periodic axis (collective: every rank asks
-        for the same properties)."""
+    def moved_rows(self, batch: Batch) -> Batch:
+        """At a rebuild: the atoms this rank owns from now on (collective)."""
+        raise NotImplementedError
+
+    # -- the step -------------------------------------------------------------------------
+    def forward(
+        self, batch: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """Evaluate `batch` (collective): rebuild the view when needed (`prepare`), refresh
+        the ghost positions, evaluate and place the results (`placement`). Returns detached
+        tensors: "energy" (1,) and "stress" (1,3,3) identical on every rank, per-atom outputs
+        where the placement puts them; those of the owned rows are checked for NaN/inf at
+        the next step."""
+        properties = tuple(properties)
+        # the heat flux needs every periodic image of an atom as a row of its own: from the
+        # first evaluation asking for it on, views image every periodic axis (every rank
+        # asks for the same properties)
         if HEAT_FLUX_TENSORS in properties and isinstance(self.domain, HaloDomain):
             self.domain.image_periodic_axes()
+        result = self._evaluate(self.prepare(batch), properties)
+        if isinstance(self.placement, OwnedRows):  # other placements' callers check theirs
+            self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
+        return result
+
+    def prepare(self, batch: Batch) -> Batch:
+        """Rebuild the view when any rank's needs it (collective: one all-reduce of the
+        status); returns the owned rows. Raises `NonFiniteError` on every rank when any
+        rank's positions, or the forces or energy of the last evaluation, are NaN or
+        infinite."""
+        owned = self.owned_rows(batch)
+        if self._rebuild_needed(owned):
+            owned = self.moved_rows(batch)
+            self.rebuild(owned)
+        return owned
+
+    def status(
+        self, owned: Batch, last: tuple[torch.Tensor | None, ...] = _NO_RESULTS
+    ) -> torch.Tensor:
+        """This rank's status word (0-d float32 on the device, no host synchronisation):
+        `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
+        per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
+        them (an atom moved more than the threshold, the cell changed), else 0. Ranks agree
+        on the largest (`rebuild_status`); a captured step is kept only where it is 0."""
+        energy, *per_atom = last
+        positions = owned.positions.detach()
+        non_finite = any_non_finite(positions, energy, tuple(per_atom))
+        stale = self.domain.verlet.stale(positions, owned.cell[0]).to(torch.float32)
+        return torch.where(non_finite, float(NON_FINITE), stale)
+
+    def _rebuild_needed(self, owned: Batch) -> bool:
+        status = rebuild_status(self.comm, self.status(owned, self._last_results))
+        if status == NON_FINITE:
+            _, forces, energies = self._last_results
+            kinds = non_finite_kinds(energies, forces, owned.positions.detach())
+            raise non_finite_error(self.comm, owned.global_ids, kinds)
+        return status == REBUILD
 
     def rebuild(self, owned: Batch) -> HaloView:
         """Build the view of `owned` (this rank's atoms at their current positions) and have
@@ -132,22 +178,17 @@ class SubdomainModel(nn.Module):
         """Views built so far."""
         return self.domain.rebuilds
 
-    def evaluate_view(
-        self, view: HaloView, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate the model on a prepared `view` whose owned rows are `owned`'s atoms.
-
-        Ghost positions come from their owners through `copy_to_ghosts`, so the returned
-        "forces" are complete for the owned atoms. Returns detached tensors: "energy" (1,)
-        and "stress" (1,3,3) identical on every rank; per-atom outputs for the owned atoms.
-        """
-        wanted = self.engine.wanted(properties)
+    def _evaluate(self, owned: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
+        """The model on the current view, whose owned rows are `owned`'s atoms; ghost
+        positions come from their owners through `copy_to_ghosts`."""
+        view = self.domain.view
+        wanted = Wanted.of(self.engine.model, properties)
         leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
             rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
         with computing(self.comm, leaf.device), asking_for(properties):
-            results = self.engine.evaluate(view, leaf, rows, owned.cell, owned.pbc, wanted)
-        return results.for_owned_rows(view, self.comm)
+            cell, pbc = owned.cell, owned.pbc
+            return self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, self.placement)
 
     # -- evaluations captured as CUDA graphs (`FixedShapeEvaluator`) -----------------------
     def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
@@ -165,16 +206,29 @@ class SubdomainModel(nn.Module):
         """Whether `cuda_graphs=True` was asked for (not "auto")."""
         return self._graphs_required
 
-    def rows_stale(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
-        """0-d bool on the device: the owned rows' `positions` (in the order of the last
-        rebuild) need a rebuild or are not finite, `cell` changed, or the last evaluation
-        overflowed its pair capacity (no host synchronisation; one rank only)."""
-        positions = positions.detach()
-        stale = self.domain.verlet.stale(positions, cell) | any_non_finite(positions)
+    def stale_for(self, batch: Batch) -> torch.Tensor:
+        """0-d bool on the device, no host synchronisation: `batch`'s owned rows need a
+        rebuild (an atom moved more than the threshold, the cell changed) or are not
+        finite, or the last evaluation had more pairs within the cutoff than their
+        capacity. One rank only: a mesh would all-reduce it."""
+        stale = self.status(self.owned_rows(batch)) != 0
         pairs = self.engine.runner.pairs
         if pairs is not None and pairs.overflow is not None:
             stale = stale | pairs.overflow
         return stale
+
+    def evaluate_fixed(
+        self, batch: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
+    ) -> dict[str, torch.Tensor]:
+        """`forward` on the current view without the rebuild check (no host
+        synchronisation: what a captured step runs; `stale_for` decides whether its result
+        is kept)."""
+        return self._evaluate(self.owned_rows(batch), properties)
+
+    def check_finite(self, batch: Batch) -> None:
+        """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
+        or energy, are NaN or infinite (collective; `prepare` does this every step)."""
+        self._rebuild_needed(self.owned_rows(batch))
 
 
 class DistributedModel(SubdomainModel):
@@ -187,6 +241,10 @@ class DistributedModel(SubdomainModel):
     all-reduced; forces and stress are derivatives of this rank's owned partial (never of
     the all-reduced total), with ghost contributions summed back to their owners.
 
+    `forward(owned, properties)` takes this rank's atoms (`owned`, with global_ids); at a
+    rebuild they migrate between ranks (the per-atom fields of `owned` are replaced in
+    place), and results are for the owned atoms in `owned`'s current order.
+
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
         config: the `DomainConfig` (cutoff must cover the model's).
@@ -195,52 +253,17 @@ class DistributedModel(SubdomainModel):
 
     uses_batch_neighbors = False  # the halo view carries its own list (see `compute_view`)
 
-    def forward(
-        self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """Evaluate with each rank holding only its own atoms (`owned`, with global_ids).
-
-        At a rebuild the atoms of `owned` migrate between ranks (its per-atom fields are
-        replaced in place); results are for the owned atoms in `owned`'s current order.
-        """
-        properties = tuple(properties)
-        self.image_axes_for(properties)
-        self.prepare(owned)
-        result = self.evaluate_view(self.domain.view, owned, properties)
-        self._last_results = (result["energy"], result.get("forces"), result.get("energies"))
-        return result
-
-    def prepare(self, owned: Batch) -> None:
-        """Rebuild ghosts and neighbour list when needed, migrating atoms first (collective).
-
-        Raises `NonFiniteError` on every rank when any rank's positions, or the forces or
-        energy of the last evaluation, are NaN or infinite.
-        """
+    def owned_rows(self, owned: Batch) -> Batch:
+        """`owned` itself: each rank holds only its own atoms."""
         if "global_ids" not in owned:
             raise ValueError("owned batches need global_ids (DomainParallel.partition adds them)")
-        if self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids):
-            self.domain.migrate(owned)
-            self.rebuild(owned)
+        return owned
 
-    # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
-    def stale_for(self, owned: Batch) -> torch.Tensor:
-        """0-d bool on the device, no host synchronisation: `owned`'s positions need a
-        rebuild (an atom moved more than the threshold, the cell changed) or are not
-        finite, or the last evaluation had more pairs within the cutoff than their
-        capacity. One rank only: a mesh would all-reduce it."""
-        return self.rows_stale(owned.positions, owned.cell[0])
-
-    def evaluate_fixed(
-        self, owned: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
-    ) -> dict[str, torch.Tensor]:
-        """`forward` on the current view without the rebuild check (what a captured step
-        runs; `stale_for` decides whether its result is kept)."""
-        return self.evaluate_view(self.domain.view, owned, properties)
-
-    def check_finite(self, owned: Batch) -> None:
-        """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
-        or energy, are NaN or infinite (collective; `prepare` does this every step)."""
-        self._rebuild_needed(owned.positions, owned.cell[0], owned.global_ids)
+    def moved_rows(self, owned: Batch) -> Batch:
+        """`owned` after its atoms migrated to their owners (its per-atom fields replaced
+        in place; collective)."""
+        self.domain.migrate(owned)
+        return owned
 
     def compute_view(self, owned: Batch) -> Batch:
         """This rank's padded compute view as a Batch (owned rows, ghosts, padding; edges

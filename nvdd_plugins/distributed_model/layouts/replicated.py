@@ -12,6 +12,7 @@ from nvdd_plugins.distributed_model.evaluation.health import (
     non_finite_error,
     non_finite_kinds,
 )
+from nvdd_plugins.distributed_model.evaluation.results import Replicated
 from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import OutputKind
@@ -34,7 +35,6 @@ class ReplicatedModel(SubdomainModel):
 
     _owned_ids: torch.Tensor | None = None  # of the last rebuild
     _owned_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # its ptr, batch_idx
-    _order: torch.Tensor | None = None  # the rows all ranks' owned atoms gather to, by id
 
     def forward(
         self, full: Batch, properties: Iterable[str] = ("energy", "forces")
@@ -43,41 +43,30 @@ class ReplicatedModel(SubdomainModel):
         the same on every rank (collective)."""
         if self.domain.partitioner is None:
             self.setup(full)
-        properties = tuple(properties)
-        self.image_axes_for(properties)
-        ids = self._owned_ids
-        tracked = full.positions if ids is None else full.positions[ids]
-        tracked_ids = torch.arange(len(tracked), device=tracked.device) if ids is None else ids
-        if self._rebuild_needed(tracked, full.cell[0], tracked_ids):
-            ids = self.domain.select_owned(full.positions, full.cell[0])
-            owned = full.select_nodes(ids)
-            self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
-            self._order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
-            self.rebuild(self._owned(full))
-        return self.evaluate_fixed(full, properties)
+        return super().forward(full, properties)
 
-    # -- calls captured as CUDA graphs (`FixedShapeEvaluator`, one rank) -------------------
-    def stale_for(self, full: Batch) -> torch.Tensor:
-        """0-d bool on the device: `full`'s owned atoms need a rebuild or are not finite, or
-        the last evaluation overflowed (see `rows_stale`)."""
-        return self.rows_stale(full.positions[self._owned_ids], full.cell[0])
+    def owned_rows(self, full: Batch) -> Batch:
+        """The owned atoms of `full` (those of the last rebuild; before it, every atom) with
+        their global ids; `select_nodes` without its host-side order check, which the
+        rebuild made."""
+        ids, rows = self._owned_ids, self._owned_rows
+        if ids is None or rows is None:
+            ids, rows = torch.arange(full.num_nodes, device=full.device), (full.ptr, full.batch_idx)
+        node = {name: value[ids] for name, value in full.fields(FieldLevel.NODE)}
+        node["global_ids"] = ids
+        return Batch(node, {}, dict(full.fields(FieldLevel.SYSTEM)), *rows)
 
-    def evaluate_fixed(
-        self, full: Batch, properties: Iterable[str] = ("energy", "forces")
-    ) -> dict[str, torch.Tensor]:
-        """`forward` on the current view without the rebuild check (no host
-        synchronisation: what a captured call runs; `stale_for` decides whether it holds)."""
-        owned = self._owned(full)
-        local = self.evaluate_view(self.domain.view, owned, properties)
+    def moved_rows(self, full: Batch) -> Batch:
+        """The atoms of `full` this rank owns now, selected (never migrated), and the
+        placement that gathers every rank's (collective)."""
+        ids = self.domain.select_owned(full.positions, full.cell[0])
+        owned = full.select_nodes(ids)
+        self._owned_ids, self._owned_rows = ids, (owned.ptr, owned.batch_idx)
+        order = torch.argsort(torch.cat(self.comm.all_gather(ids)))
         kinds = self.engine.spec.output_kinds
-        per_node = {
-            k: v
-            for k, v in local.items()
-            if kinds.get(k) is OutputKind.PER_NODE or k == HEAT_FLUX_TENSORS
-        }
-        assert self._order is not None
-        gathered = self.comm.all_gather_rows(per_node)  # one collective, the order known
-        return {**local, **{name: value[self._order] for name, value in gathered.items()}}
+        per_atom = {k for k, kind in kinds.items() if kind is OutputKind.PER_NODE}
+        self.placement = Replicated(order, frozenset(per_atom | {HEAT_FLUX_TENSORS}))
+        return self.owned_rows(full)
 
     def non_finite_error(self, energies: torch.Tensor, forces: torch.Tensor) -> NonFiniteError:
         """The error to raise when the last results' per-atom `energies` or `forces` (by
@@ -87,12 +76,3 @@ class ReplicatedModel(SubdomainModel):
         ids = self._owned_ids.cpu()
         kinds = non_finite_kinds(energies.cpu()[ids], forces.cpu()[ids])
         return non_finite_error(self.comm, ids, kinds)
-
-    def _owned(self, full: Batch) -> Batch:
-        """The owned atoms of `full` (those of the last rebuild) with their global ids;
-        `select_nodes` without its host-side order check, which the rebuild made."""
-        assert self._owned_ids is not None and self._owned_rows is not None
-        ids = self._owned_ids
-        node = {name: value[ids] for name, value in full.fields(FieldLevel.NODE)}
-        node["global_ids"] = ids
-        return Batch(node, {}, dict(full.fields(FieldLevel.SYSTEM)), *self._owned_rows)
