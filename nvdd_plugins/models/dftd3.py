@@ -99,31 +99,33 @@ class DFTD3Model(nn.Module, BaseModelMixin):
             if int(numbers.max()) > known or int(numbers.min()) < 1:
                 raise ValueError(f"DFT-D3 has parameters for the elements 1 to {known}")
         x = inputs.positions.to(self.rcov.dtype) / units.Bohr
+        # every pair is computed and the ones past a cutoff are zeroed (torch.where), not
+        # selected: no boolean compaction, which costs more than the arithmetic it saves
         i, j = inputs.edge_index
-        distances = torch.linalg.vector_norm(x[j] - x[i] + inputs.shifts / units.Bohr, dim=-1)
+        z_i, z_j = numbers.index_select(0, i), numbers.index_select(0, j)
+        vectors = x.index_select(0, j) - x.index_select(0, i) + inputs.shifts / units.Bohr
+        r = torch.linalg.vector_norm(vectors, dim=-1)
         n = x.shape[0]
-        near = distances < self.cn_cutoff / units.Bohr
-        counts = tad_dftd3.ncoord.exp_count(
-            distances[near], self.rcov[numbers[i[near]]] + self.rcov[numbers[j[near]]]
-        )
-        cn = x.new_zeros(n).index_add_(0, i[near], counts)  # an aggregation onto atoms
+        counts = tad_dftd3.ncoord.exp_count(r, self.rcov[z_i] + self.rcov[z_j])
+        counts = torch.where(r < self.cn_cutoff / units.Bohr, counts, 0.0)
+        cn = x.new_zeros(n).index_add_(0, i, counts)  # an aggregation onto atoms
         reference = SimpleNamespace(cn=self.cn_reference)
         weights = tad_dftd3.model.weight_references(
             numbers, cn, reference, tad_dftd3.model.gaussian_weight
         ).to(x.dtype)
-        within = distances < self.d3_cutoff / units.Bohr
-        i, j, r = i[within], j[within], distances[within]
         # C6_ij = w_i . C6ref[Z_i, Z_j] . w_j, contracted per atom and partner element first
         # (memory per pair: 7 numbers, not 49)
         elements, kind = torch.unique(numbers, return_inverse=True)
         table = self.c6_reference[elements][:, elements].to(x.dtype)[kind]  # (n, elements, 7, 7)
-        partial = torch.einsum("na,ntab->ntb", weights, table)
-        c6 = (partial[i, kind[j]] * weights[j]).sum(dim=-1)
-        qq = 3.0 * self.r4r2[numbers[i]] * self.r4r2[numbers[j]]
+        partial = torch.einsum("na,ntab->ntb", weights, table).flatten(0, 1)
+        at_partner = partial.index_select(0, i * elements.numel() + kind.index_select(0, j))
+        c6 = (at_partner * weights.index_select(0, j)).sum(dim=-1)
+        qq = 3.0 * self.r4r2[z_i] * self.r4r2[z_j]
         param = {k: v.to(x) for k, v in self.param.items()}
         damping = tad_dftd3.damping.rational_damping
         pair = param["s6"] * damping(6, r, qq, param) + param["s8"] * qq * damping(8, r, qq, param)
-        energies = x.new_zeros(n).index_add_(0, i, -0.5 * units.Hartree * c6 * pair)
+        pair = torch.where(r < self.d3_cutoff / units.Bohr, c6 * pair, 0.0)
+        energies = x.new_zeros(n).index_add_(0, i, -0.5 * units.Hartree * pair)
         energies = energies.to(inputs.positions.dtype)
         energy = energies.new_zeros(inputs.num_graphs).index_add_(0, inputs.batch_idx, energies)
         return {"energies": energies, "energy": energy}
