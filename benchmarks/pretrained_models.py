@@ -185,7 +185,10 @@ def largest(wrapper: BaseModelMixin, theirs: Any, args: argparse.Namespace) -> l
     the smallest crystal of at least 4x their largest)."""
     rows = their_largest(theirs, args.largest, args)
     fitting = [r["atoms"] for r in rows if isinstance(r["step_s"], float)]
-    sizes = args.chunked or [8 * math.ceil((4 * max(fitting or [1]) / 8) ** (1 / 3)) ** 3]
+    if args.chunked is None:
+        sizes = [8 * math.ceil((4 * max(fitting or [1]) / 8) ** (1 / 3)) ** 3]
+    else:
+        sizes = args.chunked
     for n_atoms in sizes:
         try:
             row = chunked_row(wrapper, n_atoms, args)
@@ -208,7 +211,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cueq", action="store_true", help="SevenNet: cuEquivariance, both")
     parser.add_argument("--largest", type=int, nargs="+", help="their sizes to try (GPU)")
-    parser.add_argument("--chunked", type=int, nargs="+", help="nvdd's chunked sizes")
+    parser.add_argument("--chunked", type=int, nargs="*", help="nvdd's chunked sizes (none: skip)")
     parser.add_argument("--json")
     args = parser.parse_args()
     wrapper, theirs = models(args.model, args.device, args.cueq)
