@@ -24,7 +24,7 @@ E3NN_TESTS := tests/models/test_sevennet.py tests/distributed_model/test_sevenne
 	tests/lammps/test_sevennet_pretrained.py tests/lammps/test_cli.py::test_sevennet_bad_name_is_one_line \
 	tests/multiprocess/test_mpi_ase.py::test_pretrained_sevennet_under_mpirun \
 	tests/test_examples.py::test_sevennet0_nvt_example \
-	$(foreach m,sevennet nequip allegro,$(COMPILE_TESTS:%=%[$(m)])) \
+	$(foreach m,sevennet sevennet0 nequip allegro,$(COMPILE_TESTS:%=%[$(m)])) \
 	$(foreach m,sevennet nequip,$(foreach p,2 4,$(GLOO_COMPILE)[$(m)-$(p)]))
 # fairchem-core (UMA) in its own overlay: its pinned import-time dependencies (wandb,
 # hydra, submitit, ...) stay out of the other environments

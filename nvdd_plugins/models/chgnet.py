@@ -97,6 +97,16 @@ class CHGNetWrapper(nn.Module, BaseModelMixin):
         model = CHGNet.load(model_name=name, use_device="cpu", verbose=False)
         return cls(model.to(dtype))
 
+    def prepare_for_compile(self) -> CHGNetWrapper:
+        """Refused: the bond graph and the angles are built from the pair list each call
+        (bonds by matching each pair with its reverse, angles from the pairs under 3 Å), with
+        sizes that depend on the data, and compile's padded pair list is not symmetric."""
+        raise ValueError(
+            "CHGNetWrapper cannot run with compile=True: its bond and angle graphs are built "
+            "from the pair list at every call with data-dependent sizes; run it with "
+            "compile=False"
+        )
+
     def supported_species(self) -> tuple[int, ...]:
         """Atomic numbers 1-94 (chgnet's embedding)."""
         return tuple(range(1, self.model.atom_embedding.embedding.num_embeddings + 1))

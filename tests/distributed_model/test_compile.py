@@ -58,6 +58,14 @@ def _sevennet() -> tuple[Any, Atoms]:
     return SevenNetWrapper(tiny_sevennet()), with_two_species(triclinic_bulk())
 
 
+def _sevennet0() -> tuple[Any, Atoms]:
+    """The pretrained SevenNet-0 from sevenn's wheel, converted to float64, on rattled MgO."""
+    from nvdd_plugins.models import SevenNetWrapper
+    from tests.helpers.materials import mgo_triclinic
+
+    return SevenNetWrapper.from_pretrained("7net-0", dtype=torch.float64), mgo_triclinic()
+
+
 def _nequip(name: str) -> tuple[Any, Atoms]:
     from tests.helpers.mace_models import with_two_species
     from tests.helpers.nequip_models import WRAPPERS
@@ -73,6 +81,7 @@ WRAPPERS: dict[str, tuple[str | None, Callable[[], tuple[Any, Atoms]], float]] =
     "aimnet2": ("aimnet", _aimnet2, 0.5),
     "uma": ("fairchem", _uma, 4.0),
     "sevennet": ("sevenn", _sevennet, 4.0),
+    "sevennet0": ("sevenn", _sevennet0, 3.0),
     "nequip": ("nequip", lambda: _nequip("nequip"), 4.0),
     "allegro": ("allegro", lambda: _nequip("allegro"), 4.0),
 }

@@ -97,3 +97,13 @@ def test_lammps_refuses_it() -> None:
 
     with pytest.raises(ValueError, match="reads pairs between two ghost atoms"):
         MLIAPModel(pretrained_chgnet(), ["Mg", "O"])
+
+
+def test_compile_is_refused_with_the_reason() -> None:
+    from nvdd_plugins import DomainConfig, DomainParallel
+    from nvdd_plugins.dynamics import NVE
+
+    model = pretrained_chgnet()
+    config = DomainConfig(cutoff=model.cutoff, compile=True)
+    with pytest.raises(ValueError, match="CHGNetWrapper cannot run with compile=True"):
+        DomainParallel(NVE(model, 1.0), config)
