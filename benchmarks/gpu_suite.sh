@@ -39,6 +39,15 @@ step compiled_md_large 300 compiled_md_step.py --atoms 108000 --steps 20 \
     --modes eager+auto compiled compiled+auto
 CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR=$(mktemp -d) step first_step_nvdd_first 200 first_step.py \
     --atoms 108000 --order nvdd,plain
+# the same with mace-torch's own first call first (the figure the first step is held against)
+CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR=$(mktemp -d) step first_step_plain_first 200 first_step.py \
+    --atoms 108000 --order plain,nvdd
+# where compiled loses at 108k: torch.profiler tables of two steps per mode
+step compiled_md_profile 300 compiled_md_step.py --atoms 108000 --steps 10 --warmup 5 \
+    --modes eager+auto compiled --profile 2
+# AIMNet2 compiled against eager (needs aimnet, nvalchemi-toolkit-ops and warp-lang)
+step compiled_aimnet2 300 compiled_md_step.py --model aimnet2 --atoms 10000 --steps 50 \
+    --modes eager+auto compiled compiled+auto
 step mace_scaling 240 mace_scaling.py --device cuda --sizes 10000 100000 --largest
 step halo_exchange 180 halo_exchange.py --model mace --atoms 20000 --device cuda --steps 5
 # MACE + cuEquivariance (needs cuequivariance-torch and its cu13 ops importable)
