@@ -15,6 +15,8 @@ compute, one device. Per size, medians of --repeats calls timed in alternation:
   with nvdd's `DomainDecomposedCalculator`.
 
 Ratios nvdd / theirs (goal <= 0.5) and the largest force difference of one call are printed.
+A size at which their call runs out of GPU memory and nvdd's does not gets nvdd's MD step
+time and peak memory alone; one at which nvdd's runs out says so.
 
     python benchmarks/pretrained_models.py --model sevennet0 --cueq --largest 140608 474552
 
@@ -115,7 +117,15 @@ def size_row(
     device = torch.device(args.device)
     force_ours = DomainDecomposedCalculator(wrapper, skin=0.0, device=args.device)
     force_ours.calculate(atoms, ["energy", "forces"], all_changes)
-    their_forces = their_force_call(theirs, atoms)()
+    try:
+        their_forces = their_force_call(theirs, atoms)()
+    except torch.OutOfMemoryError:  # theirs does not fit, nvdd's call did: time nvdd alone
+        reset_memory(device)
+        step = median_seconds(nvdd_md_step(wrapper, atoms, args.skin, args.device), 5, device)
+        r = {"model": args.model, "atoms": len(atoms), "theirs_force": "out of memory"}
+        r |= {"nvdd_md": step, "nvdd_peak_gib": peak_gib(device)}
+        print(f"{r['model']:10} {r['atoms']:6d} {'out of memory':>12} {1e3 * step:11.1f}")
+        return r
     fns = {
         "theirs_force": their_force_call(theirs, atoms),
         "nvdd_md": nvdd_md_step(wrapper, atoms, args.skin, args.device),
@@ -231,8 +241,8 @@ def main() -> None:
         try:
             row = size_row(wrapper, theirs, ours, atoms, args)
         except torch.OutOfMemoryError:  # a size that does not fit ends its row, not the run
-            row = {"model": args.model, "atoms": len(atoms), "error": "out of GPU memory"}
-            print(f"{args.model:10} {len(atoms):6d} out of GPU memory", flush=True)
+            row = {"model": args.model, "atoms": len(atoms), "error": "nvdd out of GPU memory"}
+            print(f"{args.model:10} {len(atoms):6d} nvdd out of GPU memory", flush=True)
         finally:
             gc.collect()
             if torch.cuda.is_available():
