@@ -121,7 +121,8 @@ def size_row(
         their_forces = their_force_call(theirs, atoms)()
     except torch.OutOfMemoryError:  # theirs does not fit, nvdd's call did: time nvdd alone
         reset_memory(device)
-        step = median_seconds(nvdd_md_step(wrapper, atoms, args.skin, args.device), 5, device)
+        md_step = nvdd_md_step(wrapper, atoms, args.skin, args.device)
+        step = median_seconds(md_step, args.repeats, device)
         r = {"model": args.model, "atoms": len(atoms), "theirs_force": "out of memory"}
         r |= {"nvdd_md": step, "nvdd_peak_gib": peak_gib(device)}
         print(f"{r['model']:10} {r['atoms']:6d} {'out of memory':>12} {1e3 * step:11.1f}")
