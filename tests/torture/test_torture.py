@@ -178,6 +178,18 @@ def test_aimnet2_case(seed: int) -> None:
     _check(replace(case, n_atoms=len(case.atoms())))
 
 
+COMPOSED_SEEDS = (6000, 6001, 6003, 6007, 6012, 6016)
+"""Drawn cases with the zoo's `SumModel(ShiftPairModel, DFTD3Model)` in place of the drawn
+model (the d3 extra): two parts, two cutoffs, one spec union; the SevenNet cases' paths."""
+
+
+@pytest.mark.parametrize("seed", COMPOSED_SEEDS)
+def test_composed_d3_case(seed: int) -> None:
+    pytest.importorskip("tad_dftd3")
+    case = replace(_case(seed, SEVENNET_PATHS), model=ModelSpec("pair_d3", 4.0, seed=seed))
+    _check(replace(case, n_atoms=len(case.atoms())))
+
+
 NEQUIP_PATHS = (*SEVENNET_PATHS, "chunked")
 NEQUIP_SEEDS = (7000, 7001, 7009, 7011, 7015, 7037, 7050)
 """Drawn cases with the zoo's NequIP or Allegro in place of the drawn model (make

@@ -249,7 +249,9 @@ class TortureMPNN(nn.Module, BaseModelMixin):
 class ModelSpec:
     """A zoo model: `kind` in MODEL_KINDS, "sevennet", "aimnet2", "nequip" (2 convolutions),
     the pretrained "sevennet0" (SevenNet-0, 5 convolutions) or "chgnet" (CHGNet 0.3.0, 4
-    blocks; its bond graph asks for a 12 Å shell itself),
+    blocks; its bond graph asks for a 12 Å shell itself), "pair_d3" (`SumModel` of the shift pair
+    model and PBE-D3(BJ) with coordination numbers within the cutoff and pairs within it + 1.5 Å:
+    two parts with their own cutoffs and specs, D3's two layers deep),
     or "allegro" (2 layers, strictly local: one cutoff of ghosts), "uma" (fairchem's eSCN-MD,
     2 blocks after its edge-degree embedding: 3 cutoffs), its cutoff (Å), and for
     "mpnn" one op and one target ("receivers"/"senders") per layer; `minimum_image` picks
@@ -277,7 +279,7 @@ class ModelSpec:
             return 3
         if self.kind in ("sevennet0", "chgnet"):
             return 5 if self.kind == "sevennet0" else 4
-        return 2 if self.kind in ("mace", "sevennet", "nequip") else 1
+        return 2 if self.kind in ("mace", "sevennet", "nequip", "pair_d3") else 1
 
     @property
     def cuequivariance(self) -> bool:
@@ -310,6 +312,12 @@ class ModelSpec:
         if self.kind == "simple":
             n_layers = max(1, len(self.ops))
             return SimpleMPNN(self.cutoff, hidden=8, n_layers=n_layers, seed=self.seed).double()
+        if self.kind == "pair_d3":
+            from nvdd_plugins.models import SumModel
+            from tests.helpers.dispersion import small_d3
+
+            pair = ShiftPairModel(self.cutoff)
+            return SumModel(pair, small_d3(cutoff=self.cutoff + 1.5, cn_cutoff=self.cutoff))
         if self.kind == "radius_graph":
             n_layers = max(1, len(self.ops))
             return RadiusGraphMPNN(self.cutoff, n_layers=n_layers, seed=self.seed).double()
