@@ -3,6 +3,8 @@ job when one rank fails."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import sys
@@ -124,7 +126,13 @@ def end_job_on_exception(launcher: str) -> None:
             rank = detect_launch().rank
             sys.stderr.write(f"[rank{rank}]: stopped: another rank failed (its message says why)\n")
         else:
-            previous(kind, value, tb)
+            # in one write: two failing ranks' tracebacks arrive whole, not interleaved
+            # fragment by fragment (the message split from its exception's name)
+            printed = io.StringIO()
+            with contextlib.redirect_stderr(printed):
+                previous(kind, value, tb)
+            sys.stderr.write(printed.getvalue())
+            sys.stderr.flush()
         abort_job(launcher == "mpirun")
 
     sys.excepthook = hook
