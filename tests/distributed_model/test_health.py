@@ -61,7 +61,7 @@ def test_every_simulated_rank_stops_at_the_same_step(world_size: int) -> None:
 
 
 def test_gloo_ranks_stop_with_the_message() -> None:
-    _check(run_gloo(2, _run, timeout=60))
+    _check(run_gloo(2, _run))
 
 
 def test_the_report_names_origins_first_and_shows_ten_ids_per_rank() -> None:

@@ -5,6 +5,7 @@ Every run has a hard timeout; a rank's exception fails the test with that rank's
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -41,6 +42,10 @@ def _gloo_worker(
     rank: int, world_size: int, store: str, out_dir: str, fn: Callable, args: tuple
 ) -> None:
     torch.set_num_threads(1)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback: no lookup of this host's name
+    # on a timeout the parent sends SIGUSR1: every thread's Python stack goes to this file
+    stacks = open(os.path.join(out_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115 (lives as long as the rank)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
         result = fn(TorchDistCommunicator(), *args)
@@ -65,6 +70,20 @@ def _rank_errors(out_dir: str) -> str:
             stamp, _, text = Path(out_dir, name).read_text().partition("\n")
             reports.append((float(stamp), name[:-4], text))
     return "\n".join(f"--- {rank} ---\n{text}" for _, rank, text in sorted(reports))
+
+
+def _stop_and_show_stacks(processes: list[Any], out_dir: str) -> str:
+    """Every live rank's Python stacks (faulthandler, on SIGUSR1), then kill the ranks."""
+    alive = [(rank, p) for rank, p in enumerate(processes) if p.is_alive()]
+    for _, process in alive:
+        os.kill(process.pid, signal.SIGUSR1)
+    time.sleep(2.0)
+    for _, process in alive:
+        process.kill()
+    return "\n".join(
+        f"--- rank {rank} ---\n{Path(out_dir, f'rank{rank}.stack').read_text()}"
+        for rank, _ in alive
+    )
 
 
 def run_gloo(
@@ -93,10 +112,10 @@ def run_gloo(
         try:
             while not context.join(timeout=1.0):
                 if time.monotonic() > deadline:
-                    for process in context.processes:
-                        if process.is_alive():
-                            process.kill()
-                    raise TimeoutError(f"{world_size} gloo ranks did not finish within {timeout} s")
+                    raise TimeoutError(
+                        f"{world_size} gloo ranks did not finish within {timeout} s; "
+                        f"where each waited:\n{_stop_and_show_stacks(context.processes, tmp)}"
+                    )
         except ProcessException as err:
             raise RankFailed(_rank_errors(tmp) or str(err)) from err
         return [
