@@ -9,6 +9,10 @@ collectives on LAMMPS's communicator). One process, the MPNN (three message-pass
 layers), fcc argon; the collectives are those the step would issue at any rank count (a
 one-rank communicator still takes the calls).
 
+The model's own code is counted too, and also shown apart: functions of the model's module
+(`nvdd_plugins/models/mpnn.py`) and what they call outside the engine (its cell geometry),
+so "without the model" is what nvdd's step adds around an unchanged model.
+
     python benchmarks/trace_step.py [--json FILE] [--verbose]
 """
 
@@ -35,6 +39,8 @@ LIBRARY = tuple(str(ROOT / part) for part in ("nvdd_plugins", "lammps_interface"
 COLLECTIVES = {"all_reduce", "all_gather", "broadcast", "exchange", "all_to_all"}
 MPI_COLLECTIVES = {"allreduce", "Allreduce", "allgather", "Allgather", "bcast", "Bcast"}
 WARM_UP = 5
+MODEL_FILE = str(ROOT / "nvdd_plugins" / "models" / "mpnn.py")
+ENGINE = tuple(str(ROOT / "nvdd_plugins" / part) for part in ("distributed_model", "comm"))
 
 
 @dataclass
@@ -45,9 +51,13 @@ class Trace:
     files: set[str] = field(default_factory=set)
     functions: set[str] = field(default_factory=set)
     collectives: Counter[str] = field(default_factory=Counter)
+    engine_functions: set[str] = field(default_factory=set)  # entered outside the model too
+    _model_frames: set[int] = field(default_factory=set)  # ids of live frames of the model's
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         """`sys.setprofile` hook."""
+        if event == "return":
+            self._model_frames.discard(id(frame))
         if event != "call":
             return
         path = frame.f_code.co_filename
@@ -57,17 +67,43 @@ class Trace:
         relative = str(Path(path).relative_to(ROOT))
         self.files.add(relative)
         self.functions.add(f"{relative}:{name}")
+        if self._models_own(frame, path):
+            self._model_frames.add(id(frame))
+        else:
+            self.engine_functions.add(f"{relative}:{name}")
         owner = frame.f_locals.get("self")
         if frame.f_code.co_name in COLLECTIVES and _is_communicator(owner):
             caller = " <- ".join(_callers(frame.f_back, 4))
             self.collectives[f"{type(owner).__name__}.{frame.f_code.co_name} <- {caller}"] += 1
 
+    def _models_own(self, frame: FrameType, path: str) -> bool:
+        """Whether this call is the model's own code: in the model's module, or called by
+        the model's code and not the engine's (interception, exchanges)."""
+        if path == MODEL_FILE:
+            return True
+        if path.startswith(ENGINE):
+            return False
+        caller = frame.f_back
+        while caller is not None and not caller.f_code.co_filename.startswith(LIBRARY):
+            caller = caller.f_back
+        return caller is not None and id(caller) in self._model_frames
+
+    def without_model(self) -> tuple[int, int]:
+        """Files and functions of the step without the model's own code (a function the
+        engine enters too counts)."""
+        functions = self.engine_functions
+        return len({f.split(":")[0] for f in functions}), len(functions)
+
     def summary(self) -> dict[str, Any]:
         """Counts, and the lists behind them."""
+        n_files, n_functions = self.without_model()
         return {
             "way_in": self.way_in,
             "n_files": len(self.files),
             "n_functions": len(self.functions),
+            "n_files_without_model": n_files,
+            "n_functions_without_model": n_functions,
+            "model_functions": sorted(self.functions - self.engine_functions),
             "n_collectives": sum(self.collectives.values()),
             "collectives": dict(self.collectives),
             "files": sorted(self.files),
@@ -221,16 +257,21 @@ def main() -> None:
     torch.set_default_dtype(torch.float64)
     np.random.seed(0)
     traces = [t for t in (domain_parallel(), ase_calculator(), one_process(), lammps()) if t]
-    print(f"{'way in':<44} {'files':>5} {'functions':>9} {'collectives':>11}")
+    print(
+        f"{'way in':<44} {'files':>5} {'functions':>9}   {'without the model':>17}"
+        f" {'collectives':>11}"
+    )
     for trace in traces:
         s = trace.summary()
         calls = ", ".join(f"{k} {v}" for k, v in sorted(trace.collectives.items())) or "none"
+        apart = f"{s['n_files_without_model']} / {s['n_functions_without_model']}"
         print(
-            f"{trace.way_in:<44} {s['n_files']:>5} {s['n_functions']:>9} {s['n_collectives']:>11}"
-            f"   ({calls})"
+            f"{trace.way_in:<44} {s['n_files']:>5} {s['n_functions']:>9}   {apart:>17}"
+            f" {s['n_collectives']:>11}   ({calls})"
         )
         if args.verbose:
-            print("\n".join(f"    {name}" for name in s["functions"]))
+            model = set(s["model_functions"])
+            print("\n".join(f"    {n}{'  [model]' if n in model else ''}" for n in s["functions"]))
     if args.json:
         Path(args.json).write_text(json.dumps([t.summary() for t in traces], indent=1))
 
