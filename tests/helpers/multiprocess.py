@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -132,14 +133,20 @@ def mpi_env() -> dict[str, str]:
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
         OMPI_MCA_rmaps_base_oversubscribe="1",
         OMP_NUM_THREADS="1",
+        PYTHONFAULTHANDLER="1",  # a rank killed by SIGABRT prints its Python stacks
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
     )
     return env
 
 
+def _no_core_dumps() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def run_command(command: list[str], cwd: Path | None, timeout: float) -> tuple[int, str]:
-    """Run `command` in its own session with `mpi_env()`; on timeout kill the whole group
-    (SIGTERM, then SIGKILL) and fail. Returns the exit code and the merged output."""
+    """Run `command` in its own session with `mpi_env()`; on timeout end the whole group
+    (SIGABRT, so every Python rank prints where it waited; then SIGKILL) and fail. Returns
+    the exit code and the merged output."""
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -148,11 +155,12 @@ def run_command(command: list[str], cwd: Path | None, timeout: float) -> tuple[i
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_no_core_dumps,
     )
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGABRT)
         try:
             output, _ = process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
