@@ -1,6 +1,6 @@
 """Building a `HaloView`, in one place with one padding rule: `padded_view` pads the local
 rows and pairs any layout gives (`ViewRows`); `build_halo_view` selects them for a spatial
-sub-domain first."""
+sub-domain first, `chunk_view` for a chunk of a thick shell's rows."""
 
 from __future__ import annotations
 
@@ -20,10 +20,8 @@ __all__ = [
     "PairListing",
     "ViewRows",
     "build_halo_view",
-    "padded_pairs",
-    "padded_rows",
+    "chunk_view",
     "padded_view",
-    "slot_count",
 ]
 
 
@@ -83,13 +81,13 @@ class Padding:
     extra_rows: bool = True
 
 
-def slot_count(n_pairs: int, n_rows: int) -> int:
+def _slot_count(n_pairs: int, n_rows: int) -> int:
     """Edge slots for `n_pairs` pairs among `n_rows` rows: one more when the two counts are
     equal, since the interception tells node-indexed tensors by their leading size."""
     return n_pairs + (n_pairs == n_rows)
 
 
-def padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor:
+def _padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor:
     """`values` with rows of `fill` appended up to `count` rows."""
     return torch.cat([values, values.new_full((count - values.shape[0], *values.shape[1:]), fill)])
 
@@ -97,10 +95,10 @@ def padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor
 def _edge_rows(values: torch.Tensor, slots: int) -> torch.Tensor:
     """Per-pair `values` padded with zeros to `slots` rows; `values` itself when they fill
     them (pair tensors are large, and copying them was a tenth of a rebuild)."""
-    return values if values.shape[0] == slots else padded_rows(values, slots)
+    return values if values.shape[0] == slots else _padded_rows(values, slots)
 
 
-def padded_pairs(
+def _padded_pairs(
     pairs: torch.Tensor, units: torch.Tensor | None, n_rows: int, slots: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`pairs` (2, E) and their lattice `units` (E, 3; None: zero) in `slots` edge slots,
@@ -137,10 +135,10 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
             n_rows += 1
     else:
         n_rows = n_rows or 2
-        slots = slot_count(slots, n_rows)
+        slots = _slot_count(slots, n_rows)
     n_pad = n_rows - n_local
 
-    edge_index, edge_units = padded_pairs(pairs, rows.pair_units, n_rows, slots)
+    edge_index, edge_units = _padded_pairs(pairs, rows.pair_units, n_rows, slots)
     if padding.far_pairs:
         edge_index[0, n_pairs:], edge_index[1, n_pairs:] = n_local, n_local + 1
     built_shifts = rows.built_shifts
@@ -156,9 +154,9 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     return HaloView(
         plan=rows.plan,
         n_rows=n_rows,
-        image_units=padded_rows(_units(rows.image_units, device), n_rows),
-        atomic_numbers=padded_rows(rows.atomic_numbers.long(), n_rows, padding.species),
-        global_ids=padded_rows(rows.global_ids.long(), n_rows, -1),
+        image_units=_padded_rows(_units(rows.image_units, device), n_rows),
+        atomic_numbers=_padded_rows(rows.atomic_numbers.long(), n_rows, padding.species),
+        global_ids=_padded_rows(rows.global_ids.long(), n_rows, -1),
         edge_index=edge_index,
         edge_unit_shifts=edge_units,
         padding_positions=far,
@@ -240,3 +238,28 @@ def build_halo_view(
     numbers, ids = local_rows(per_row).unbind(1)
     rows = ViewRows(plan, local, numbers, ids, pairs, units, pair_units, wrapped, built_shifts)
     return padded_view(rows, padding)
+
+
+def chunk_view(
+    positions: torch.Tensor,
+    atomic_numbers: torch.Tensor,
+    cell: torch.Tensor,
+    wrapped: torch.Tensor,
+    chunk: tuple[torch.Tensor, torch.Tensor, int],
+    cutoff: float,
+) -> tuple[HaloView, torch.Tensor]:
+    """A chunk of rows (`chunk_grid.chunk_rows`: the rows of `positions` its rows image,
+    their lattice units in `cell` (3, 3), its own atoms first and their count) as a view
+    that exchanges nothing: its own atoms owned, the other rows ghosts, `global_ids` the
+    rows of `positions` they image, the pairs closer than `cutoff` among all its rows
+    (wrapping along the `wrapped` axes), no padding rows. Also its rows' positions, taken
+    from `positions` (gradients flow back to them)."""
+    atoms, units, n_owned = chunk
+    with torch.enable_grad():
+        rows = positions.index_select(0, atoms) + rows_times_3x3(units.to(positions.dtype), cell)
+    listed = build_neighbor_list(rows.detach(), cell, wrapped, cutoff)
+    nothing = atoms.new_empty(0)
+    plan = HaloPlan(n_owned, atoms.shape[0], *(nothing,) * 4)
+    numbers, pairs = atomic_numbers.index_select(0, atoms), listed.edge_index
+    found = ViewRows(plan, rows.detach(), numbers, atoms, pairs, units, listed.unit_shifts, wrapped)
+    return padded_view(found, Padding(0, cutoff, extra_rows=False)), rows  # no padding rows
