@@ -98,11 +98,11 @@ class HaloEngine:
         image every periodic axis). With chunks, each is a view of its own evaluated
         this way and placed `IntoRows` of `view`."""
         cell = cell.detach()
+        flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
         if self.chunks is not None and not isinstance(to, IntoRows):
             out, derived = self._in_chunks(view, leaf, rows, cell, wanted)
         else:
             pairs = view.edge_index.shape[1] if wanted.stresses else None
-            flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
             leaves = Leaves(leaf, wanted.stress, pairs, flux)
             refreshed = None if isinstance(self.shell, ThickShell) else view
             batch_of = partial(self.batch, view, pbc=pbc, leaves=leaves)

@@ -75,7 +75,9 @@ class ChunkedRows:
         from `positions`. With no target, every row as one chunk (so every rank's outputs
         are alike)."""
         if n_targets:
-            partitioner, images = self._chunks(positions.detach(), atomic_numbers, cell, pbc, n_targets)
+            partitioner, images = self._chunks(
+                positions.detach(), atomic_numbers, cell, pbc, n_targets
+            )
             self.last_plan = ChunkPlan.of(partitioner, images, n_targets)
             chunks = chunk_rows(partitioner, images, positions.detach(), n_targets)
             wrapped = partitioner.wrapped_axes
@@ -96,7 +98,9 @@ class ChunkedRows:
         n_targets: int,
     ) -> ChunkPlan:
         """The chunks `views` would cut (of `n_targets` > 0 targets)."""
-        return ChunkPlan.of(*self._chunks(positions, atomic_numbers, cell, pbc, n_targets), n_targets)
+        return ChunkPlan.of(
+            *self._chunks(positions, atomic_numbers, cell, pbc, n_targets), n_targets
+        )
 
     def _chunks(
         self,
