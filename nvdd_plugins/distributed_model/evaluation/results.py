@@ -105,16 +105,10 @@ class Replicated:
 
 @dataclass(frozen=True)
 class IntoRows:
-    """Placement of a chunk's results into the rows of the view it was cut from (a thick
-    shell's chunks, one after another), added to what earlier chunks placed in `into`:
-    per-atom values of the chunk's own rows at the rows they image (the chunk view's
-    `global_ids`), gradient outputs of every row added to theirs, sums and derivatives
-    added, the rest as given (no collective).
-
-    Attributes:
-        into: the results so far, per-atom ones over `n_rows` rows.
-        n_rows: the rows of the view the chunks were cut from.
-    """
+    """Placement of a chunk's results in `into`, over the `n_rows` rows of the view it was
+    cut from, added to the earlier chunks': per-atom values of its own rows at the rows they
+    image (its `global_ids`), gradient outputs of every row added to theirs, sums and
+    derivatives added, the rest as given (no collective)."""
 
     into: dict[str, torch.Tensor]
     n_rows: int
@@ -132,7 +126,18 @@ def redistribute(
     when a gradient output is per atom, and for `Replicated`)."""
     placed = {**results.reduced, **results.partials}
     if isinstance(to, IntoRows):
-        return _added(results, to, view)
+        into, images = to.into, view.global_ids[: view.n_local]
+        for name, value in placed.items():
+            added = name in results.partials or name == "forces"
+            into[name] = into[name] + value if added and name in into else value
+        for name, value in results.per_row.items():
+            if name not in into:
+                into[name] = value.new_zeros(to.n_rows, *value.shape[1:])
+            if name in results.gradient_outputs:
+                into[name].index_add_(0, images, value[: view.n_local])
+            else:
+                into[name][images[: view.n_owned]] = value[: view.n_owned]
+        return into
     if isinstance(to, PartialRows):
         for name, value in results.per_row.items():
             if name in results.gradient_outputs:
@@ -152,22 +157,6 @@ def redistribute(
         gathered = comm.all_gather_rows(rows, results.partials)
         placed.update({k: v[to.order] if k in rows else v for k, v in gathered.items()})
     return placed
-
-
-def _added(results: RowResults, to: IntoRows, view: HaloView) -> dict[str, torch.Tensor]:
-    """`to.into` with the results of the chunk `view` added (see `IntoRows`)."""
-    into, images = to.into, view.global_ids[: view.n_local]
-    for name, value in {**results.reduced, **results.partials}.items():
-        added = name in results.partials or name == "forces"
-        into[name] = into[name] + value if added and name in into else value
-    for name, value in results.per_row.items():
-        if name not in into:
-            into[name] = value.new_zeros(to.n_rows, *value.shape[1:])
-        if name in results.gradient_outputs:
-            into[name].index_add_(0, images, value[: view.n_local])
-        else:
-            into[name][images[: view.n_owned]] = value[: view.n_owned]
-    return into
 
 
 def consolidate(

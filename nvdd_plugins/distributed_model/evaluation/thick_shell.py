@@ -32,9 +32,6 @@ __all__ = ["ChunkedRows"]
 
 logger = logging.getLogger(__name__)
 
-Probe = Callable[[HaloView, torch.Tensor, torch.Tensor, torch.Tensor], object]
-"""Evaluates a chunk's view for forces: (view, positions leaf, its rows' positions, cell)."""
-
 
 class ChunkedRows:
     """The chunks of rows in a `ThickShell`, as views.
@@ -42,15 +39,20 @@ class ChunkedRows:
     Args:
         shell: the thick shell (its `chunk_rows` bounds the rows per chunk).
         cutoff: the model's cutoff, Å.
-        probe: evaluates one chunk, whose peak device memory sets the rows per chunk when
-            `chunk_rows` is "auto".
+        probe: evaluates a chunk's view (view, positions, its rows, cell) for forces; its
+            peak device memory sets the rows per chunk when `chunk_rows` is "auto".
 
     Attributes:
         grid: chunks per axis, fixed (then `chunk_rows` is not used); None: the fewest that fit.
         last_plan: the chunks of the last evaluation with targets.
     """
 
-    def __init__(self, shell: ThickShell, cutoff: float, probe: Probe) -> None:
+    def __init__(
+        self,
+        shell: ThickShell,
+        cutoff: float,
+        probe: Callable[[HaloView, torch.Tensor, torch.Tensor, torch.Tensor], object],
+    ) -> None:
         self.n_layers = shell.n_layers
         self.cutoff = float(cutoff)
         self.width = shell.n_layers * self.cutoff
@@ -75,9 +77,7 @@ class ChunkedRows:
         from `positions`. With no target, every row as one chunk (so every rank's outputs
         are alike)."""
         if n_targets:
-            partitioner, images = self._chunks(
-                positions.detach(), atomic_numbers, cell, pbc, n_targets
-            )
+            partitioner, images = self.cut(positions.detach(), atomic_numbers, cell, pbc, n_targets)
             self.last_plan = ChunkPlan.of(partitioner, images, n_targets)
             chunks = chunk_rows(partitioner, images, positions.detach(), n_targets)
             wrapped = partitioner.wrapped_axes
@@ -89,20 +89,7 @@ class ChunkedRows:
             if chunk[2] or not n_targets:
                 yield chunk_view(positions, atomic_numbers, cell, wrapped, chunk, self.cutoff)
 
-    def plan(
-        self,
-        positions: torch.Tensor,
-        atomic_numbers: torch.Tensor,
-        cell: torch.Tensor,
-        pbc: torch.Tensor,
-        n_targets: int,
-    ) -> ChunkPlan:
-        """The chunks `views` would cut (of `n_targets` > 0 targets)."""
-        return ChunkPlan.of(
-            *self._chunks(positions, atomic_numbers, cell, pbc, n_targets), n_targets
-        )
-
-    def _chunks(
+    def cut(
         self,
         positions: torch.Tensor,
         atomic_numbers: torch.Tensor,
@@ -110,9 +97,10 @@ class ChunkedRows:
         pbc: torch.Tensor,
         n_targets: int,
     ) -> tuple[SpatialPartitioner, GhostImages]:
-        """The fewest chunks whose rows all fit the row limit; chunks holding no target are
-        not evaluated and not counted. Along open axes the chunks tile the span of the
-        targets (the outermost reach past it, over their environment)."""
+        """The grid of `views`' chunks (a fixed `grid`, or the fewest chunks whose rows all
+        fit the row limit, counting only those holding a target) and the images each holds.
+        Along open axes the chunks tile the span of the targets (the outermost reach past
+        it, over their environment)."""
         open_axes = ~pbc.reshape(3, 1).bool().to(cell.device)
         spanned = torch.where(open_axes, torch.zeros_like(cell), cell)
         frame = DecompositionFrame.from_system(positions[:n_targets], spanned, pbc)

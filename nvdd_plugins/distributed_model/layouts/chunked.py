@@ -113,4 +113,4 @@ class ChunkedEvaluator:
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
         system = (batch.positions.detach(), batch.atomic_numbers, batch.cell[0], batch.pbc[0])
-        return self.chunks.plan(*system, batch.num_nodes)
+        return ChunkPlan.of(*self.chunks.cut(*system, batch.num_nodes), batch.num_nodes)

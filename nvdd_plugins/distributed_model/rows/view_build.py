@@ -21,7 +21,10 @@ __all__ = [
     "ViewRows",
     "build_halo_view",
     "chunk_view",
+    "padded_pairs",
+    "padded_rows",
     "padded_view",
+    "slot_count",
 ]
 
 
@@ -81,13 +84,13 @@ class Padding:
     extra_rows: bool = True
 
 
-def _slot_count(n_pairs: int, n_rows: int) -> int:
+def slot_count(n_pairs: int, n_rows: int) -> int:
     """Edge slots for `n_pairs` pairs among `n_rows` rows: one more when the two counts are
     equal, since the interception tells node-indexed tensors by their leading size."""
     return n_pairs + (n_pairs == n_rows)
 
 
-def _padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor:
+def padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tensor:
     """`values` with rows of `fill` appended up to `count` rows."""
     return torch.cat([values, values.new_full((count - values.shape[0], *values.shape[1:]), fill)])
 
@@ -95,10 +98,10 @@ def _padded_rows(values: torch.Tensor, count: int, fill: int = 0) -> torch.Tenso
 def _edge_rows(values: torch.Tensor, slots: int) -> torch.Tensor:
     """Per-pair `values` padded with zeros to `slots` rows; `values` itself when they fill
     them (pair tensors are large, and copying them was a tenth of a rebuild)."""
-    return values if values.shape[0] == slots else _padded_rows(values, slots)
+    return values if values.shape[0] == slots else padded_rows(values, slots)
 
 
-def _padded_pairs(
+def padded_pairs(
     pairs: torch.Tensor, units: torch.Tensor | None, n_rows: int, slots: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`pairs` (2, E) and their lattice `units` (E, 3; None: zero) in `slots` edge slots,
@@ -135,10 +138,10 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
             n_rows += 1
     else:
         n_rows = n_rows or 2
-        slots = _slot_count(slots, n_rows)
+        slots = slot_count(slots, n_rows)
     n_pad = n_rows - n_local
 
-    edge_index, edge_units = _padded_pairs(pairs, rows.pair_units, n_rows, slots)
+    edge_index, edge_units = padded_pairs(pairs, rows.pair_units, n_rows, slots)
     if padding.far_pairs:
         edge_index[0, n_pairs:], edge_index[1, n_pairs:] = n_local, n_local + 1
     built_shifts = rows.built_shifts
@@ -154,9 +157,9 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
     return HaloView(
         plan=rows.plan,
         n_rows=n_rows,
-        image_units=_padded_rows(_units(rows.image_units, device), n_rows),
-        atomic_numbers=_padded_rows(rows.atomic_numbers.long(), n_rows, padding.species),
-        global_ids=_padded_rows(rows.global_ids.long(), n_rows, -1),
+        image_units=padded_rows(_units(rows.image_units, device), n_rows),
+        atomic_numbers=padded_rows(rows.atomic_numbers.long(), n_rows, padding.species),
+        global_ids=padded_rows(rows.global_ids.long(), n_rows, -1),
         edge_index=edge_index,
         edge_unit_shifts=edge_units,
         padding_positions=far,
@@ -248,12 +251,9 @@ def chunk_view(
     chunk: tuple[torch.Tensor, torch.Tensor, int],
     cutoff: float,
 ) -> tuple[HaloView, torch.Tensor]:
-    """A chunk of rows (`chunk_grid.chunk_rows`: the rows of `positions` its rows image,
-    their lattice units in `cell` (3, 3), its own atoms first and their count) as a view
-    that exchanges nothing: its own atoms owned, the other rows ghosts, `global_ids` the
-    rows of `positions` they image, the pairs closer than `cutoff` among all its rows
-    (wrapping along the `wrapped` axes), no padding rows. Also its rows' positions, taken
-    from `positions` (gradients flow back to them)."""
+    """A `chunk_grid.chunk_rows` chunk of `positions` in `cell` (3, 3) as a view exchanging
+    nothing (its own atoms owned, `global_ids` the rows of `positions` its rows image, the
+    pairs within `cutoff` among them, wrapping along `wrapped`), and its rows' positions."""
     atoms, units, n_owned = chunk
     with torch.enable_grad():
         rows = positions.index_select(0, atoms) + rows_times_3x3(units.to(positions.dtype), cell)
