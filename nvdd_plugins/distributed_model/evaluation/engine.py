@@ -72,7 +72,7 @@ class HaloEngine:
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         self.chunks: ChunkedRows | None = None
         if isinstance(self.shell, ThickShell) and self.shell.chunk_rows is not None:
-            self.chunks = ChunkedRows(self.shell, self.model.cutoff, self._probe)
+            self.chunks = ChunkedRows(self.shell, self.model.cutoff, self.evaluate)
 
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): decide its forward plan and
@@ -171,13 +171,6 @@ class HaloEngine:
             with torch.enable_grad():
                 (derived["forces"],) = torch.autograd.grad(local, leaf, out.pop("forces"))
         return out, derived
-
-    def _probe(
-        self, chunk: HaloView, leaf: torch.Tensor, rows: torch.Tensor, cell: torch.Tensor
-    ) -> None:
-        """The forces of one `chunk` of rows of `leaf` in `cell` (3, 3), for its memory."""
-        pbc, wanted = chunk.wrapped_axes[None], Wanted(True, False)
-        self.evaluate(chunk, leaf, rows, cell[None], pbc, wanted, IntoRows({}, leaf.shape[0]))
 
     def batch(
         self,

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 from nvdd_plugins.decomposition import DecompositionFrame, GhostImages, SpatialPartitioner
+from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
+from nvdd_plugins.distributed_model.evaluation.results import IntoRows
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.rows.chunk_grid import (
     ChunkPlan,
@@ -39,8 +41,8 @@ class ChunkedRows:
     Args:
         shell: the thick shell (its `chunk_rows` bounds the rows per chunk).
         cutoff: the model's cutoff, Å.
-        probe: evaluates a chunk's view (view, positions, its rows, cell) for forces; its
-            peak device memory sets the rows per chunk when `chunk_rows` is "auto".
+        evaluate: `HaloEngine.evaluate`; with `chunk_rows` "auto" the rows per chunk come
+            from its peak device memory on one chunk.
 
     Attributes:
         grid: chunks per axis, fixed (then `chunk_rows` is not used); None: the fewest that fit.
@@ -51,12 +53,12 @@ class ChunkedRows:
         self,
         shell: ThickShell,
         cutoff: float,
-        probe: Callable[[HaloView, torch.Tensor, torch.Tensor, torch.Tensor], object],
+        evaluate: Callable[..., object],
     ) -> None:
         self.n_layers = shell.n_layers
         self.cutoff = float(cutoff)
         self.width = shell.n_layers * self.cutoff
-        self.probe = probe
+        self.evaluate = evaluate
         self.grid: tuple[int, int, int] | None = None
         self.max_atoms = shell.chunk_rows if isinstance(shell.chunk_rows, int) else None
         self._measure = shell.chunk_rows == "auto"
@@ -133,7 +135,8 @@ class ChunkedRows:
 
             def probe(chunk: tuple[torch.Tensor, torch.Tensor, int], wrapped: torch.Tensor) -> None:
                 view, rows = chunk_view(leaf, atomic_numbers, cell, wrapped, chunk, self.cutoff)
-                self.probe(view, leaf, rows, cell)
+                pbc, to = view.wrapped_axes[None], IntoRows({}, leaf.shape[0])
+                self.evaluate(view, leaf, rows, cell[None], pbc, Wanted(True, False), to)
 
             self.max_atoms = measured_row_limit(frame, positions, self.width, probe)
             logger.info("chunks of at most %d rows (from free device memory)", self.max_atoms)
