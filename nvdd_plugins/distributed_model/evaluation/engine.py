@@ -17,6 +17,7 @@ from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves, Wanted
 from nvdd_plugins.distributed_model.evaluation.heat_flux import FluxTaps
 from nvdd_plugins.distributed_model.evaluation.results import (
+    IntoRows,
     Placement,
     consolidate,
     redistribute,
@@ -30,7 +31,6 @@ from nvdd_plugins.distributed_model.evaluation.shells import (
 )
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
-from nvdd_plugins.distributed_model.rows.view_build import padded_rows
 from nvdd_plugins.errors import DistributionRuleError
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import MLIPSpec, OutputKind, policy_for
@@ -53,6 +53,7 @@ class HaloEngine:
         shell: the ghost shell, instead of the one `config` selects; a `ThickShell`
             without `chunk_rows` evaluates the view at once without exchange, for views
             whose pairs include those between ghosts (a front end's rows).
+        spec: the spec to run the model under, instead of its own.
     """
 
     def __init__(
@@ -61,16 +62,17 @@ class HaloEngine:
         config: DomainConfig,
         comm: Communicator,
         shell: Shell | None = None,
+        spec: MLIPSpec | None = None,
     ) -> None:
         self.model = model.prepare_for_compile() if config.compile else model
         self.comm = comm
-        self.spec = _validated_spec(model, config)
+        self.spec = spec or _validated_spec(model, config)
         self.shell = shell if shell is not None else shell_for(model, self.spec, config)
         self.config = config
         self.runner = SpecRunner(self.model, self.spec, config, comm)
         self.chunks: ChunkedRows | None = None
         if isinstance(self.shell, ThickShell) and self.shell.chunk_rows is not None:
-            self.chunks = ChunkedRows(self.runner, self.shell)
+            self.chunks = ChunkedRows(self.shell, self.model.cutoff, self.evaluate)
 
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built for `cell` (3, 3) and `pbc` (3,): decide its forward plan and
@@ -93,12 +95,13 @@ class HaloEngine:
         ranks unless `to` leaves them partial. `wanted.stresses`: also this rank's share of
         dE/dr per edge slot and the per-atom "stresses" it gives (ghost rows owed to their
         owners); `wanted.heat_flux`: per-atom heat-flux tensors, likewise (the view must
-        image every periodic axis)."""
+        image every periodic axis). With chunks, each is a view of its own evaluated
+        this way and placed `IntoRows` of `view`."""
         cell = cell.detach()
         flux = self._flux_taps(view, rows, cell) if wanted.heat_flux else None
-        if self.chunks is not None:
-            out, derived = self._evaluate_in_chunks(view, leaf, rows, cell, wanted)
-        else:  # the whole view at once
+        if self.chunks is not None and not isinstance(to, IntoRows):
+            out, derived = self._in_chunks(view, leaf, rows, cell, wanted)
+        else:
             pairs = view.edge_index.shape[1] if wanted.stresses else None
             leaves = Leaves(leaf, wanted.stress, pairs, flux)
             refreshed = None if isinstance(self.shell, ThickShell) else view
@@ -107,7 +110,9 @@ class HaloEngine:
                 leaves, rows, cell, batch_of, view.n_owned, refreshed
             )
         owned_energy = out["energies"][: view.n_owned].sum()
-        checking, self.runner.checking = self.runner.checking, False
+        checking = self.runner.checking
+        if not isinstance(to, IntoRows):  # the step's last consolidation
+            self.runner.checking = False
         results = consolidate(
             self.spec, self.comm, out, owned_energy, derived, checking, not to.partial_sums
         )
@@ -135,7 +140,7 @@ class HaloEngine:
             )
         return FluxTaps.of(view, rows, cell[0], self.comm)
 
-    def _evaluate_in_chunks(
+    def _in_chunks(
         self,
         view: HaloView,
         leaf: torch.Tensor,
@@ -143,27 +148,28 @@ class HaloEngine:
         cell: torch.Tensor,
         wanted: Wanted,
     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The model's outputs from chunks of the view's rows (the thick shell covers every
-        owned atom's receptive field) and the derivatives of the owned partial energy: one
-        backward through the ghost positions to their owners (collective)."""
+        """The model's outputs on the view's rows and the derivatives of their owned partial
+        energy, from the chunks of its rows (the thick shell covers every owned atom's
+        receptive field), each evaluated as a view of its own and placed `IntoRows` of
+        these; one backward through the ghost positions to their owners (collective)."""
         assert self.chunks is not None
         # a rank owning nothing evaluates its padded rows once, so its outputs match its peers'
         n_rows = view.n_local if view.n_owned else view.n_rows
         local = rows[:n_rows]
-        numbers = view.atomic_numbers[:n_rows]
         inner = local.detach().requires_grad_(leaf.requires_grad)
-        out, derived = self.chunks.evaluate(
-            inner, numbers, cell[0], view.wrapped_axes, view.n_owned, wanted
-        )
-        kinds = self.spec.output_kinds
-        for name, value in out.items():
-            if kinds.get(name) is OutputKind.PER_NODE:
-                out[name] = padded_rows(value, view.n_rows)
-        if "stresses" in derived:
-            derived["stresses"] = padded_rows(derived["stresses"], view.n_rows)
+        numbers, wrapped = view.atomic_numbers[:n_rows], view.wrapped_axes
+        into = IntoRows({}, view.n_rows)
+        for chunk, chunk_rows in self.chunks.views(inner, numbers, cell[0], wrapped, view.n_owned):
+            self.evaluate(chunk, inner, chunk_rows, cell, chunk.wrapped_axes[None], wanted, into)
+        out = into.into
+        # a kernel model's stress: the sum of its owned per-atom stresses, not of the chunks'
+        if "stress" not in self.model.model_config.autograd_outputs and "stresses" in out:
+            out["stress"] = out["stresses"][: view.n_owned].sum(dim=0, keepdim=True)
+        asked = {"stress": wanted.stress, "stresses": wanted.stresses}
+        derived = {name: out.pop(name) for name, on in asked.items() if on}
         if leaf.requires_grad:
             with torch.enable_grad():
-                (derived["forces"],) = torch.autograd.grad(local, leaf, derived["forces"])
+                (derived["forces"],) = torch.autograd.grad(local, leaf, out.pop("forces"))
         return out, derived
 
     def batch(

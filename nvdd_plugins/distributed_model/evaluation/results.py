@@ -16,6 +16,7 @@ from nvdd_plugins.models import HEAT_FLUX_TENSORS
 from nvdd_plugins.spec import AllReduceSum, MLIPSpec, OutputKind, SliceOwned
 
 __all__ = [
+    "IntoRows",
     "OwnedRows",
     "PartialRows",
     "Placement",
@@ -102,7 +103,19 @@ class Replicated:
     partial_sums: ClassVar[bool] = True  # summed from the gather
 
 
-Placement = OwnedRows | PartialRows | Replicated
+@dataclass(frozen=True)
+class IntoRows:
+    """Placement of a chunk's results in `into`, over the `n_rows` rows of the view it was
+    cut from, added to the earlier chunks': per-atom values of its own rows at the rows they
+    image (its `global_ids`), gradient outputs of every row added to theirs, sums and
+    derivatives added, the rest as given (no collective)."""
+
+    into: dict[str, torch.Tensor]
+    n_rows: int
+    partial_sums: ClassVar[bool] = True
+
+
+Placement = OwnedRows | PartialRows | Replicated | IntoRows
 """Where a step's results go: the layouts' placements, each converted by `redistribute`."""
 
 
@@ -112,6 +125,19 @@ def redistribute(
     """`results` of `view` placed as `to` says (collective for `OwnedRows` and `Replicated`
     when a gradient output is per atom, and for `Replicated`)."""
     placed = {**results.reduced, **results.partials}
+    if isinstance(to, IntoRows):
+        into, images = to.into, view.global_ids[: view.n_local]
+        for name, value in placed.items():
+            added = name in results.partials or name == "forces"
+            into[name] = into[name] + value if added and name in into else value
+        for name, value in results.per_row.items():
+            if name not in into:
+                into[name] = value.new_zeros(to.n_rows, *value.shape[1:])
+            if name in results.gradient_outputs:
+                into[name].index_add_(0, images, value[: view.n_local])
+            else:
+                into[name][images[: view.n_owned]] = value[: view.n_owned]
+        return into
     if isinstance(to, PartialRows):
         for name, value in results.per_row.items():
             if name in results.gradient_outputs:

@@ -4,8 +4,8 @@ need.
 `PerLayerRefresh`: one cutoff (+ skin) of ghosts, whose rows are overwritten with their
 owners' rows after every aggregation onto atoms (one exchange per layer). `ThickShell`:
 n_layers cutoffs of ghosts, so every owned atom's receptive field is on the rank and the
-forward needs no exchange; its rows may be evaluated in spatial chunks one after another
-(`ChunkedRows`), so that device memory is bounded by one chunk.
+forward needs no exchange; its rows may be cut into spatial chunks (`ChunkedRows`), views
+evaluated one after another, so that device memory is bounded by one chunk.
 """
 
 from __future__ import annotations

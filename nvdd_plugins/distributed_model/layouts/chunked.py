@@ -2,9 +2,10 @@
 
 Device memory is then bounded by one chunk, not by the system: a system larger than the
 device holds runs at the model's own per-atom cost plus the redundant shell. It is the
-thick ghost shell's evaluation (`ChunkedRows`) in one process: each chunk is a sub-domain
-of a spatial grid plus every atom image within `n_layers` cutoffs of it, and forces and
-stress are derivatives of the chunks' partial energies, which add up to the system's.
+engine's thick ghost shell in one process: the system is one view whose every atom is
+owned, cut into chunks (`ChunkedRows`), each a sub-domain of a spatial grid plus every atom
+image within `n_layers` cutoffs of it; forces and stress are derivatives of the chunks'
+partial energies, which add up to the system's.
 """
 
 from __future__ import annotations
@@ -13,21 +14,23 @@ from collections.abc import Iterable
 
 import torch
 
-from nvdd_plugins.comm import LocalCommunicator
+from nvdd_plugins.comm import HaloPlan, LocalCommunicator
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
-from nvdd_plugins.distributed_model.evaluation.runner import SpecRunner
+from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
+from nvdd_plugins.distributed_model.evaluation.results import OwnedRows
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell, refuse_global_sums
 from nvdd_plugins.distributed_model.evaluation.thick_shell import ChunkedRows
 from nvdd_plugins.distributed_model.rows.chunk_grid import ChunkPlan
+from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 from nvdd_plugins.models import BaseModelMixin
 from nvdd_plugins.spec import ENERGY_KINDS, MLIPSpec
 
 __all__ = ["ChunkedEvaluator"]
 
 
-class ChunkedEvaluator(ChunkedRows):
+class ChunkedEvaluator:
     """Evaluate a model on one system chunk by chunk (an `Evaluator` for the dynamics).
 
     Args:
@@ -64,9 +67,19 @@ class ChunkedEvaluator(ChunkedRows):
             )
         refuse_global_sums(model, spec, "ChunkedEvaluator")
         shell = ThickShell(int(n_layers), "auto" if max_atoms is None else max_atoms)
-        runner = SpecRunner(model, spec, DomainConfig(cutoff=model.cutoff), LocalCommunicator())
-        runner.checking = False  # no view is rebuilt: nothing to check
-        super().__init__(runner, shell, None if grid is None else tuple(grid))
+        config = DomainConfig(cutoff=model.cutoff)
+        self.engine = HaloEngine(model, config, LocalCommunicator(), shell, spec)
+        self.engine.runner.checking = False  # no view is rebuilt: nothing to check
+        self.model = self.engine.model
+        chunks = self.engine.chunks
+        assert chunks is not None  # a thick shell with a row limit
+        chunks.grid = None if grid is None else tuple(grid)
+        self.chunks: ChunkedRows = chunks
+
+    @property
+    def max_atoms(self) -> int | None:
+        """Most rows per chunk: given, or once measured (None before the first call)."""
+        return self.chunks.max_atoms
 
     # -- Evaluator protocol -------------------------------------------------------------------
     def __call__(
@@ -79,11 +92,16 @@ class ChunkedEvaluator(ChunkedRows):
             raise ValueError(f"ChunkedEvaluator takes one system, got {batch.num_graphs}")
         properties = set(properties)
         wanted = Wanted.of(self.model, properties)
-        positions = batch.positions.detach().requires_grad_(wanted.forces)
-        system = (positions, batch.atomic_numbers, batch.cell[0], batch.pbc[0])
-        found, derived = self.evaluate(*system, batch.num_nodes, wanted)
-        energies = found.get("energies", batch.positions.new_zeros(batch.num_nodes))
-        out = {**found, **derived, "energies": energies, "energy": energies.sum().reshape(1)}
+        leaf = batch.positions.detach().requires_grad_(wanted.forces)
+        n_atoms, cell, pbc = batch.num_nodes, batch.cell, batch.pbc
+        nothing = torch.empty(0, dtype=torch.long, device=leaf.device)
+        plan = HaloPlan(n_atoms, n_atoms, *(nothing,) * 4)
+        ids = torch.arange(n_atoms, device=leaf.device)
+        # one system, every atom owned, no pairs (the chunks list theirs)
+        numbers, pairs = batch.atomic_numbers, nothing.reshape(2, 0)
+        rows = ViewRows(plan, leaf.detach(), numbers, ids, pairs, wrapped_axes=pbc[0])
+        whole = padded_view(rows, Padding(0, self.model.cutoff, extra_rows=False))
+        out = self.engine.evaluate(whole, leaf, leaf, cell, pbc, wanted, OwnedRows())
         if "stress" not in properties:
             out.pop("stress", None)
         return out
@@ -95,4 +113,4 @@ class ChunkedEvaluator(ChunkedRows):
     def plan(self, batch: Batch) -> ChunkPlan:
         """The chunks the next evaluation of `batch` uses."""
         system = (batch.positions.detach(), batch.atomic_numbers, batch.cell[0], batch.pbc[0])
-        return ChunkPlan.of(*self._chunks(*system, batch.num_nodes), batch.num_nodes)
+        return ChunkPlan.of(*self.chunks.cut(*system, batch.num_nodes), batch.num_nodes)

@@ -1,6 +1,6 @@
 """Building a `HaloView`, in one place with one padding rule: `padded_view` pads the local
 rows and pairs any layout gives (`ViewRows`); `build_halo_view` selects them for a spatial
-sub-domain first."""
+sub-domain first, `chunk_view` for a chunk of a thick shell's rows."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ __all__ = [
     "PairListing",
     "ViewRows",
     "build_halo_view",
+    "chunk_view",
     "padded_pairs",
     "padded_rows",
     "padded_view",
@@ -240,3 +241,25 @@ def build_halo_view(
     numbers, ids = local_rows(per_row).unbind(1)
     rows = ViewRows(plan, local, numbers, ids, pairs, units, pair_units, wrapped, built_shifts)
     return padded_view(rows, padding)
+
+
+def chunk_view(
+    positions: torch.Tensor,
+    atomic_numbers: torch.Tensor,
+    cell: torch.Tensor,
+    wrapped: torch.Tensor,
+    chunk: tuple[torch.Tensor, torch.Tensor, int],
+    cutoff: float,
+) -> tuple[HaloView, torch.Tensor]:
+    """A `chunk_grid.chunk_rows` chunk of `positions` in `cell` (3, 3) as a view exchanging
+    nothing (its own atoms owned, `global_ids` the rows of `positions` its rows image, the
+    pairs within `cutoff` among them, wrapping along `wrapped`), and its rows' positions."""
+    atoms, units, n_owned = chunk
+    with torch.enable_grad():
+        rows = positions.index_select(0, atoms) + rows_times_3x3(units.to(positions.dtype), cell)
+    listed = build_neighbor_list(rows.detach(), cell, wrapped, cutoff)
+    nothing = atoms.new_empty(0)
+    plan = HaloPlan(n_owned, atoms.shape[0], *(nothing,) * 4)
+    numbers, pairs = atomic_numbers.index_select(0, atoms), listed.edge_index
+    found = ViewRows(plan, rows.detach(), numbers, atoms, pairs, units, listed.unit_shifts, wrapped)
+    return padded_view(found, Padding(0, cutoff, extra_rows=False)), rows  # no padding rows
