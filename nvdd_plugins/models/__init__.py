@@ -17,7 +17,7 @@ from nvdd_plugins.models.chgnet import CHGNetWrapper
 from nvdd_plugins.models.composed import SumModel, spec_union
 from nvdd_plugins.models.dftd3 import DFTD3Model
 from nvdd_plugins.models.evaluate import ModelEvaluator, edge_vectors, evaluate_model
-from nvdd_plugins.models.ewald import COULOMB_CONSTANT, Ewald
+from nvdd_plugins.models.ewald import Ewald
 from nvdd_plugins.models.heat_flux import (
     HEAT_FLUX_TENSORS,
     heat_flux_parts,
@@ -33,17 +33,11 @@ from nvdd_plugins.models.pme import PME
 from nvdd_plugins.models.radius_graph import RadiusGraphMPNN
 from nvdd_plugins.models.requested import asked_for, asking_for
 from nvdd_plugins.models.rigid_ion import BornMayerHuggins, RigidIonModel
-from nvdd_plugins.models.sevennet import (
-    SevenNetArchitecture,
-    SevenNetWrapper,
-    pretrained_sevennet_path,
-    random_sevennet,
-)
+from nvdd_plugins.models.sevennet import SevenNetWrapper, pretrained_sevennet_path, random_sevennet
 from nvdd_plugins.models.uma import UMAWrapper
 from nvdd_plugins.models.uma_builders import random_uma, save_uma_checkpoint, uma_config
 from nvdd_plugins.models.virials import (
     atom_strain_shares,
-    new_pair_leaf,
     pair_gradients_of,
     per_atom_stresses,
 )
@@ -52,7 +46,6 @@ from nvdd_plugins.models.virials import (
 install_load_hint()
 
 __all__ = [
-    "COULOMB_CONSTANT",
     "HEAT_FLUX_TENSORS",
     "LOADERS",
     "PME",
@@ -75,7 +68,6 @@ __all__ = [
     "NequIPWrapper",
     "RadiusGraphMPNN",
     "RigidIonModel",
-    "SevenNetArchitecture",
     "SevenNetWrapper",
     "SimpleMPNN",
     "SumModel",
@@ -88,7 +80,6 @@ __all__ = [
     "heat_flux_parts",
     "host_checks_allowed",
     "model_dtype",
-    "new_pair_leaf",
     "pair_gradients_of",
     "per_atom_stresses",
     "pretrained_sevennet_path",

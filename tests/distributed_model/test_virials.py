@@ -10,13 +10,8 @@ from nvdd_plugins import Batch
 from nvdd_plugins.comm import run_simulated
 from nvdd_plugins.config import StrategyKind
 from nvdd_plugins.geometry import attach_neighbor_list
-from nvdd_plugins.models import (
-    BaseModelMixin,
-    RadiusGraphMPNN,
-    edge_vectors,
-    evaluate_model,
-    new_pair_leaf,
-)
+from nvdd_plugins.models import BaseModelMixin, RadiusGraphMPNN, edge_vectors, evaluate_model
+from nvdd_plugins.models.virials import new_pair_leaf
 from tests.helpers.oracle import replicated
 from tests.helpers.systems import SYSTEMS, ShiftPairModel, mpnn_model
 
