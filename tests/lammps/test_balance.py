@@ -54,3 +54,31 @@ def test_lammps_did_rebalance(lmp_run) -> None:
     assert len(factors) >= len(BALANCED)
     if lmp_run.n_ranks == 4:
         assert any(float(final) < float(initial) for initial, final in factors)
+
+
+def test_rows_moved_between_runs_at_the_next_step(workdir, systems) -> None:
+    """Atoms moved to other ranks between two runs, the second at the step after the first
+    (`reset_timestep`, so LAMMPS counts no neighbour-list build in between): the new row
+    layout is seen, and a rigid shift leaves the energy as it was, with no error."""
+    from tests.lammps.cases import model_case
+    from tests.lammps.jobs import run_lmp
+    from tests.lammps.lammps_io import ATTACH_LINES
+
+    case = model_case("relaid", "mpnn.pkl", systems["bulk_ar"], 2)
+    moved = [
+        "variable e equal pe",
+        "run 0",
+        'print "PE $e"',
+        "displace_atoms all move 1.3 2.3 3.9",
+        "variable next equal step+1",
+        "reset_timestep ${next}",
+        "run 0",
+        'print "PE $e"',
+    ]
+    script = ATTACH_LINES + case.block().split("compute pe")[0] + "\n".join(moved) + "\n"
+    (workdir / "in.relaid").write_text(script)
+    code, output = run_lmp(2, workdir / "in.relaid", workdir, timeout=120)
+    assert code == 0, output
+    energies = [float(line.split()[1]) for line in output.splitlines() if line.startswith("PE ")]
+    assert len(energies) == 2, output
+    assert abs(energies[1] - energies[0]) < 1e-9 * abs(energies[0]), energies
