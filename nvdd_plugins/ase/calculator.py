@@ -8,6 +8,7 @@ rank ends all of them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import traceback
 import zlib
@@ -70,6 +71,10 @@ def _world_communicator(comm: Any) -> Communicator:
     return resolved
 
 
+_DEFAULTS = {"skin": 0.5, "strategy": StrategyKind.HALO, "chunk_atoms": None, "cuda_graphs": "auto"}
+"""The calculator's own keywords and their defaults, a short form of a `DomainConfig`."""
+
+
 class DomainDecomposedCalculator(Calculator):
     """ASE calculator evaluating `model` domain-decomposed over an MPI communicator.
 
@@ -92,6 +97,10 @@ class DomainDecomposedCalculator(Calculator):
             cutoff zero, while the replays save more than the captures cost; off otherwise.
             True: the same without the payoff check, with a clear error where it cannot
             work. False: eager calls.
+        config: a whole `DomainConfig` instead of `skin`, `strategy`, `chunk_atoms` and
+            `cuda_graphs` (which must then keep their defaults): every option of
+            `DomainParallel`'s runs, `compile=True` and `halo_layers` included. Its `mesh`
+            is used when `comm` is not given.
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -115,18 +124,25 @@ class DomainDecomposedCalculator(Calculator):
         strategy: StrategyKind = StrategyKind.HALO,
         chunk_atoms: int | str | None = None,
         cuda_graphs: bool | Literal["auto"] = "auto",
+        config: DomainConfig | None = None,
     ) -> None:
         super().__init__()  # no files: ASE's label/directory/restart arguments do not apply
         self.model = model
-        self.skin = float(skin)
-        self.comm = _world_communicator(comm)
+        options = dict(
+            skin=skin, strategy=strategy, chunk_atoms=chunk_atoms, cuda_graphs=cuda_graphs
+        )
+        if config is None:
+            config = DomainConfig(cutoff=model.cutoff, **options)
+        elif changed := [name for name, value in options.items() if value != _DEFAULTS[name]]:
+            raise ValueError(
+                f"{', '.join(changed)} given beside config: set them on the DomainConfig instead"
+            )
+        self.comm = _world_communicator(comm if comm is not None else config.mesh)
         self.dtype = _evaluation_dtype(model, dtype)
         self.device = torch.device(device)
-        self.strategy = StrategyKind(strategy)
-        self.chunk_atoms = chunk_atoms
-        self.cuda_graphs = cuda_graphs
-        self._domain_config()  # checked here, not at the first (collective) calculation
-        if cuda_graphs is True and self.device.type != "cuda":
+        #: the decomposition's options (checked here, not at the first, collective, call)
+        self.config = dataclasses.replace(config, mesh=self.comm)
+        if self.config.cuda_graphs is True and self.device.type != "cuda":
             raise ValueError(
                 f"cuda_graphs=True needs a CUDA device, not {self.device}: pass "
                 'device="cuda", or cuda_graphs="auto" (off on the CPU) or False'
@@ -139,21 +155,10 @@ class DomainDecomposedCalculator(Calculator):
     def replicated_model(self) -> ReplicatedModel:
         """The `ReplicatedModel` of the current decomposition (made on first use)."""
         if self._replicated is None:
-            config = self._domain_config()
-            self._replicated = ReplicatedModel(self.model, config, captured_steps=True)
+            self._replicated = ReplicatedModel(self.model, self.config, captured_steps=True)
             graphs = self._replicated.config.cuda_graphs is True
             self._graphed = GraphedCalls(self._replicated) if graphs else None
         return self._replicated
-
-    def _domain_config(self) -> DomainConfig:
-        return DomainConfig(
-            cutoff=self.model.cutoff,
-            skin=self.skin,
-            mesh=self.comm,
-            strategy=self.strategy,
-            chunk_atoms=self.chunk_atoms,
-            cuda_graphs=self.cuda_graphs,
-        )
 
     @property
     def graphed_calls(self) -> GraphedCalls | None:

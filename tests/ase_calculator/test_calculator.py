@@ -8,9 +8,18 @@ import numpy as np
 import pytest
 from ase.calculators.lj import LennardJones
 
+from nvdd_plugins import DomainConfig
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import LocalCommunicator
-from tests.helpers.systems import LJ_CUTOFF, LJ_EPSILON, LJ_SIGMA, SYSTEMS, lj_model
+from tests.helpers.oracle import reference
+from tests.helpers.systems import (
+    LJ_CUTOFF,
+    LJ_EPSILON,
+    LJ_SIGMA,
+    SYSTEMS,
+    lj_model,
+    mpnn_model,
+)
 
 
 def test_runs_without_mpi4py(monkeypatch) -> None:
@@ -88,3 +97,26 @@ def test_the_dtype_defaults_to_the_model_and_another_is_named() -> None:
     assert np.abs(atoms.get_forces() - reference["forces"].numpy()).max() < 1e-6
     with pytest.raises(ValueError, match=r"computes in torch.float32 .* dtype=torch.float64"):
         DomainDecomposedCalculator(model, dtype=torch.float64)
+
+
+def test_a_domain_config_reaches_the_engine_whole() -> None:
+    """`config=` takes every `DomainConfig` option (here a ghost shell of three cutoffs,
+    which no keyword of the calculator asks for), its mesh included; results as one process."""
+    model = mpnn_model()
+    views = []
+    for config in (None, DomainConfig(cutoff=model.cutoff, skin=0.5, halo_layers=3)):
+        atoms = SYSTEMS["bulk"]()
+        atoms.calc = calc = DomainDecomposedCalculator(model, config=config)
+        ref = reference(model, SYSTEMS["bulk"](), ("energy", "forces"))
+        assert np.abs(atoms.get_forces() - ref["forces"].numpy()).max() < 1e-10
+        assert np.abs(atoms.get_potential_energies() - ref["energies"].numpy()).max() < 1e-10
+        assert calc.config.mesh is calc.comm
+        views.append(calc.replicated_model.domain.view.n_local)
+    assert views[1] > views[0]  # the wider shell holds more ghost rows
+
+
+def test_options_beside_a_config_are_refused() -> None:
+    model = lj_model()
+    config = DomainConfig(cutoff=model.cutoff)
+    with pytest.raises(ValueError, match="skin, cuda_graphs given beside config"):
+        DomainDecomposedCalculator(model, skin=0.3, cuda_graphs=False, config=config)

@@ -4,6 +4,8 @@ trajectory bit for bit; and the leaner per-call work at one rank."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -28,7 +30,7 @@ def _attach(atoms: Atoms, graphed: bool) -> DomainDecomposedCalculator:
     `graphed`: `cuda_graphs=True` (set after construction, which refuses it on the CPU)
     with graphs that replay by calling again."""
     atoms.calc = calc = DomainDecomposedCalculator(lj_model(), skin=MD_SKIN)
-    calc.cuda_graphs = graphed
+    calc.config = dataclasses.replace(calc.config, cuda_graphs=graphed)
     atoms.get_forces()  # the first call sets the decomposition up
     if graphed:
         assert calc.graphed_calls is not None
