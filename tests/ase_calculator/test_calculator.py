@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 from ase.calculators.lj import LennardJones
+from torch._dynamo.utils import counters
 
 from nvdd_plugins import DomainConfig
 from nvdd_plugins.ase import DomainDecomposedCalculator
@@ -120,3 +121,17 @@ def test_options_beside_a_config_are_refused() -> None:
     config = DomainConfig(cutoff=model.cutoff)
     with pytest.raises(ValueError, match="skin, cuda_graphs given beside config"):
         DomainDecomposedCalculator(model, skin=0.3, cuda_graphs=False, config=config)
+
+
+def test_compile_through_the_calculator() -> None:
+    """`config=DomainConfig(compile=True)`: the calculator's calls run the compiled forward
+    (dynamo captures graphs), with the forces of one process."""
+    model, atoms = lj_model(), SYSTEMS["bulk"]()
+    config = DomainConfig(cutoff=model.cutoff, skin=0.5, compile=True)
+    atoms.calc = DomainDecomposedCalculator(model, config=config)
+    graphs = counters["stats"]["unique_graphs"]
+    for _ in range(3):
+        atoms.positions += 0.01
+        ref = reference(model, atoms, ("forces",))
+        assert np.abs(atoms.get_forces() - ref["forces"].numpy()).max() < 1e-10
+    assert counters["stats"]["unique_graphs"] > graphs
