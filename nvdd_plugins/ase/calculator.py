@@ -71,7 +71,7 @@ def _world_communicator(comm: Any) -> Communicator:
     return resolved
 
 
-_DEFAULTS = {"skin": 0.5, "strategy": StrategyKind.HALO, "chunk_atoms": None, "cuda_graphs": "auto"}
+_DEFAULTS = {"skin": 0.5, "strategy": StrategyKind.HALO, "cuda_graphs": "auto"}
 """The calculator's own keywords and their defaults, a short form of a `DomainConfig`."""
 
 
@@ -89,18 +89,16 @@ class DomainDecomposedCalculator(Calculator):
         device: torch device of the evaluation.
         strategy: `StrategyKind.HALO` (spatial sub-domains) or `StrategyKind.GRAPH_PARTITION`
             (index shards; for models that build their own graph).
-        chunk_atoms: evaluate each rank's atoms in chunks of at most this many rows, or
-            "auto" (see `DomainConfig.chunk_atoms`); None: at once.
         cuda_graphs: replay the force call between neighbour-list rebuilds as one captured
             CUDA graph (docs/cuda_graphs.md). "auto" (default): on for a CUDA `device`, one
             rank, halo strategy, no `chunk_atoms`, a model that weighs pairs beyond its
             cutoff zero, while the replays save more than the captures cost; off otherwise.
             True: the same without the payoff check, with a clear error where it cannot
             work. False: eager calls.
-        config: a whole `DomainConfig` instead of `skin`, `strategy`, `chunk_atoms` and
-            `cuda_graphs` (which must then keep their defaults): every option of
-            `DomainParallel`'s runs, `compile=True` and `halo_layers` included. Its `mesh`
-            is used when `comm` is not given.
+        config: a whole `DomainConfig` instead of `skin`, `strategy` and `cuda_graphs`
+            (which must then keep their defaults): every option of `DomainParallel`'s runs,
+            `chunk_atoms`, `compile=True` and `halo_layers` included. Its `mesh` is used
+            when `comm` is not given.
     """
 
     implemented_properties: ClassVar[list[str]] = [
@@ -122,15 +120,12 @@ class DomainDecomposedCalculator(Calculator):
         dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
         strategy: StrategyKind = StrategyKind.HALO,
-        chunk_atoms: int | str | None = None,
         cuda_graphs: bool | Literal["auto"] = "auto",
         config: DomainConfig | None = None,
     ) -> None:
         super().__init__()  # no files: ASE's label/directory/restart arguments do not apply
         self.model = model
-        options = dict(
-            skin=skin, strategy=strategy, chunk_atoms=chunk_atoms, cuda_graphs=cuda_graphs
-        )
+        options = dict(skin=skin, strategy=strategy, cuda_graphs=cuda_graphs)
         if config is None:
             config = DomainConfig(cutoff=model.cutoff, **options)
         elif changed := [name for name, value in options.items() if value != _DEFAULTS[name]]:

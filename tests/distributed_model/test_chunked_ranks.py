@@ -128,7 +128,8 @@ def test_ase_calculator_in_chunks() -> None:
 
     def per_rank(comm):
         mine = atoms.copy()
-        mine.calc = DomainDecomposedCalculator(model, skin=0.3, comm=comm, chunk_atoms=350)
+        config = DomainConfig(cutoff=model.cutoff, skin=0.3, mesh=comm, chunk_atoms=350)
+        mine.calc = DomainDecomposedCalculator(model, config=config)
         return mine.get_potential_energy(), mine.get_forces(), mine.calc.replicated_model
 
     for energy, forces, replicated_model in run_simulated(3, per_rank):
