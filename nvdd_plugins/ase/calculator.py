@@ -9,6 +9,7 @@ rank ends all of them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import traceback
 import zlib
@@ -71,8 +72,9 @@ def _world_communicator(comm: Any) -> Communicator:
     return resolved
 
 
-_DEFAULTS = {"skin": 0.5, "strategy": StrategyKind.HALO, "cuda_graphs": "auto"}
-"""The calculator's own keywords and their defaults, a short form of a `DomainConfig`."""
+def _default(keyword: str) -> Any:
+    """The default of one of the calculator's keywords (its signature is the one record)."""
+    return inspect.signature(DomainDecomposedCalculator).parameters[keyword].default
 
 
 class DomainDecomposedCalculator(Calculator):
@@ -128,7 +130,7 @@ class DomainDecomposedCalculator(Calculator):
         options = dict(skin=skin, strategy=strategy, cuda_graphs=cuda_graphs)
         if config is None:
             config = DomainConfig(cutoff=model.cutoff, **options)
-        elif changed := [name for name, value in options.items() if value != _DEFAULTS[name]]:
+        elif changed := [name for name, value in options.items() if value != _default(name)]:
             raise ValueError(
                 f"{', '.join(changed)} given beside config: set them on the DomainConfig instead"
             )
