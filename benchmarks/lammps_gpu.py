@@ -47,13 +47,12 @@ from lammps_overhead import step_time
 from mace_cueq import LATTICE, in_backend, plain_mace_step
 
 import lammps_interface
-from lammps_interface.graphs import GraphedRows
 from lammps_interface.halo import HaloBridge
 from lammps_interface.rows import LocalRows
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model import GivenRowsModel
-from nvdd_plugins.dynamics import NVE
+from nvdd_plugins.dynamics import NVE, ReplayedCalls
 from nvdd_plugins.models import MACEWrapper
 
 MASS = 40.0  # amu, as fcc_batch gives
@@ -130,7 +129,7 @@ def section_times(device: torch.device) -> Iterator[dict[str, list[float]]]:
         (lammps_interface.MLIAPModel, "compute_forces", "bridge total"),
         (LocalRows, "from_data", "rows to GPU"),
         (HaloBridge, "evaluate", "halo evaluate"),
-        (GraphedRows, "__call__", "model via graphs (replay or capture)"),
+        (ReplayedCalls, "__call__", "model via graphs (replay or capture)"),
         (GivenRowsModel, "__call__", "eager model + exchange"),
         (GivenRowsModel, "view", "padded view + plan"),
     ]

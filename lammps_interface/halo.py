@@ -12,28 +12,40 @@ half that skin: the model sees a graph that changes only at rebuilds, as under
 need forces per listed pair, and is then checked to hold every pair within the cutoff, so
 that `neigh_modify exclude group all all`, which spares ML-IAP's C++ side its pair list on
 the other steps, cannot give wrong per-atom virials).
+
+Between rebuilds the model call can replay from a captured CUDA graph (`ReplayedCalls`), as
+`DomainParallel` replays its steps: the held view is returned only while LAMMPS's rows are
+the same and none moved more than half the skin, so a replay is valid whenever the view is
+the captured one. Only a rank that exchanges nothing can replay (one rank: its ghosts are
+self-images, copied by index on the device); an exchange through MPI runs on the host,
+which a graph cannot hold.
 """
 
 from __future__ import annotations
 
 import torch
 
-from lammps_interface.graphs import GraphedRows
 from lammps_interface.handle import read_atoms, require_metal_units
 from lammps_interface.lammps_python import lammps
 from lammps_interface.messages import notify
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
 from nvdd_plugins.distributed_model import GivenRowsModel
-from nvdd_plugins.dynamics import CudaStepGraph
+from nvdd_plugins.dynamics import CudaStepGraph, ReplayedCalls
 from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
-__all__ = ["VERLET_SKIN", "HaloBridge"]
+__all__ = ["EAGER_CALLS", "VERLET_SKIN", "HaloBridge"]
 
 VERLET_SKIN = 0.5
 """Skin (Å) of the pair list the bridge keeps between rebuilds; a matter of speed only
 (results are exact for any skin: a row that moved more than half of it rebuilds the list)."""
+
+EAGER_CALLS = 2
+"""Calls of a new view that run eagerly before its capture: after a rebuild the engine checks
+one forward and verifies the spec's shortcuts in the next, and the first forward on the
+shortcut path fills the view's lazy index caches (a cache made inside a capture would live
+in its memory pool)."""
 
 
 class HaloBridge:
@@ -49,8 +61,10 @@ class HaloBridge:
 
     Attributes:
         comm: LAMMPS's ranks (a local communicator for one rank whose calls replay).
-        graphs: the model call's captured graphs (`GraphedRows`) where asked for and where
-            they can replay: on a GPU, with one rank (else None).
+        graphs: the model call's captured graphs where asked for and where they can replay:
+            on a GPU, with one rank (else None).
+        graphs_required: `cuda_graphs=True`: capture every new view even when replays do
+            not pay, and raise when a capture fails.
     """
 
     def __init__(
@@ -76,8 +90,9 @@ class HaloBridge:
         # a replayed rank exchanges nothing: its ghosts are self-images, copied on the device
         self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
-        required = cuda_graphs is True
-        self.graphs = GraphedRows(self.layout, CudaStepGraph, required) if graphs else None
+        self.graphs_required = cuda_graphs is True
+        what = "the LAMMPS bridge's model call"
+        self.graphs = ReplayedCalls(CudaStepGraph, what, EAGER_CALLS) if graphs else None
         self._noted_pairs = False
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
@@ -102,10 +117,17 @@ class HaloBridge:
             gradients = out["pair_gradients"][: edges.shape[1]].double()
             per_pair = rows.pair_forces(gradients, ghost_pairs=False)
             return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
-        replayed = self.graphs(view, positions, cell) if self.graphs is not None else None
-        if replayed is None:
+
+        def per_row() -> tuple[torch.Tensor, None]:
             out = self.layout(view, positions, cell)
-            replayed = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+            return torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1), None
+
+        replayed = None
+        if self.graphs is not None:
+            inputs = (positions, cell)
+            replayed = self.graphs(lambda: view, inputs, per_row, self.graphs_required)
+        if replayed is None:
+            replayed = per_row()[0]
         return RowResults.from_device(replayed, rows.nlocal, self.staging)
 
     def _note_unread_pairs(self, rows: LocalRows) -> None:

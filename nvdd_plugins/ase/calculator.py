@@ -21,7 +21,6 @@ from ase import Atoms
 from ase.calculators.calculator import Calculator, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from nvdd_plugins.ase.graphed_calls import GraphedCalls
 from nvdd_plugins.comm import (
     Communicator,
     LocalCommunicator,
@@ -33,6 +32,7 @@ from nvdd_plugins.comm import (
 from nvdd_plugins.config import DomainConfig, StrategyKind
 from nvdd_plugins.data import Batch
 from nvdd_plugins.distributed_model import ReplicatedModel
+from nvdd_plugins.dynamics import CudaStepGraph, ReplayedCalls
 from nvdd_plugins.errors import is_raised_on_every_rank, raised_on_every_rank
 from nvdd_plugins.models import HEAT_FLUX_TENSORS, BaseModelMixin, heat_flux_parts, model_dtype
 
@@ -145,7 +145,7 @@ class DomainDecomposedCalculator(Calculator):
                 'device="cuda", or cuda_graphs="auto" (off on the CPU) or False'
             )
         self._replicated: ReplicatedModel | None = None
-        self._graphed: GraphedCalls | None = None
+        self._graphed: ReplayedCalls | None = None
         self._batch: Batch | None = None  # the atoms on the device, updated in place
 
     @property
@@ -154,11 +154,12 @@ class DomainDecomposedCalculator(Calculator):
         if self._replicated is None:
             self._replicated = ReplicatedModel(self.model, self.config, captured_steps=True)
             graphs = self._replicated.config.cuda_graphs is True
-            self._graphed = GraphedCalls(self._replicated) if graphs else None
+            what = "the calculator's force call"
+            self._graphed = ReplayedCalls(CudaStepGraph, what) if graphs else None
         return self._replicated
 
     @property
-    def graphed_calls(self) -> GraphedCalls | None:
+    def graphed_calls(self) -> ReplayedCalls | None:
         """The replayed force calls of the current decomposition (None: eager calls)."""
         return self._graphed
 
@@ -271,9 +272,34 @@ class DomainDecomposedCalculator(Calculator):
         """A replay of the captured call when graphs are on and the view holds, else an
         eager (collective) evaluation, which rebuilds when needed."""
         model = self.replicated_model
-        graphed = self._graphed is not None and HEAT_FLUX_TENSORS not in wanted
-        replayed = self._graphed(batch, wanted) if graphed else None
+        replayed = None
+        if self._graphed is not None and HEAT_FLUX_TENSORS not in wanted:
+            replayed = _replayed(self._graphed, model, batch, frozenset(wanted))
         return replayed if replayed is not None else model(batch, wanted)
+
+
+def _replayed(
+    calls: ReplayedCalls, model: ReplicatedModel, batch: Batch, wanted: frozenset[str]
+) -> dict[str, torch.Tensor] | None:
+    """`wanted` of `batch` from a replay of `model`'s fixed-shape evaluation, or None: no
+    graph may be captured now, or the replay's positions need a rebuild or its results are
+    not finite (then an eager call redoes it, rebuilding as any eager call would). The batch
+    keeps its position and cell tensors between calls, written in place."""
+    if model.graph_token(batch) is None:
+        return None
+
+    def evaluate() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        results = model.evaluate_fixed(batch, wanted)
+        stale = model.stale_for(batch)  # after the evaluation, which may flag too
+        broken = ~torch.isfinite(results["energy"].sum() + results["forces"].sum())
+        return results, stale | broken
+
+    def key() -> tuple[Any, ...]:
+        # a new batch is a new capture: the graph reads the other tensors of the one it holds
+        return model.graph_token(batch), wanted, batch
+
+    replayed = calls(key, (batch.positions, batch.cell), evaluate, model.graphs_required())
+    return None if replayed is None else dict(replayed)
 
 
 def _wanted(properties: list[str] | tuple[str, ...], has_volume: bool, ranks: int) -> set[str]:

@@ -10,7 +10,7 @@ from nvdd_plugins.dynamics.base import (
 )
 from nvdd_plugins.dynamics.fire import FIRE, FIRESettings
 from nvdd_plugins.dynamics.fire_cell import VariableCellFIRE
-from nvdd_plugins.dynamics.graph_capture import CapturedGraphs
+from nvdd_plugins.dynamics.graph_capture import CapturedGraphs, ReplayedCalls
 from nvdd_plugins.dynamics.graph_payoff import GraphPayoff
 from nvdd_plugins.dynamics.graphed import FixedShapeEvaluator
 from nvdd_plugins.dynamics.heat_flux import HeatFluxLogger
@@ -51,6 +51,7 @@ __all__ = [
     "NVTLangevin",
     "NeighborListHook",
     "NoseHoover",
+    "ReplayedCalls",
     "StepGraph",
     "SumReducer",
     "ThermoLogger",

@@ -1,4 +1,4 @@
-"""The calculator's force calls replayed from a captured graph (`GraphedCalls`) on the CPU
+"""The calculator's force calls replayed from a captured graph (`ReplayedCalls`) on the CPU
 with `EagerStepGraph`: replays, the stale flag and the eager redo give the eager
 trajectory bit for bit; and the leaner per-call work at one rank."""
 
@@ -8,15 +8,12 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 from ase import Atoms
 from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
 from ase.units import fs
 
-from nvdd_plugins import Batch
 from nvdd_plugins.ase import DomainDecomposedCalculator
-from nvdd_plugins.ase.graphed_calls import GraphedCalls
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model import NonFiniteError
 from tests.helpers.step_graphs import EagerStepGraph
@@ -156,38 +153,3 @@ def test_the_fast_state_check_agrees_with_ase() -> None:
         moved = atoms.copy()
         edit(moved)
         assert calc.check_state(moved) == Calculator.check_state(calc, moved)
-
-
-class _NewViewEveryCall:
-    """A `FixedShapeEvaluator` whose view changes when `view` is bumped (a capture each
-    time); its evaluation is a few tensor operations."""
-
-    def __init__(self, required: bool) -> None:
-        self.view, self.required = 0, required
-
-    def graph_token(self, batch: Batch) -> int:
-        return self.view
-
-    def stale_for(self, batch: Batch) -> torch.Tensor:
-        return torch.zeros((), dtype=torch.bool)
-
-    def evaluate_fixed(self, batch: Batch, properties) -> dict[str, torch.Tensor]:
-        return {"energy": batch.positions.sum().reshape(1), "forces": 2 * batch.positions}
-
-    def graphs_required(self) -> bool:
-        return self.required
-
-
-@pytest.mark.parametrize("required", [False, True], ids=["auto", "true"])
-def test_auto_stops_capturing_when_graphs_do_not_pay(required: bool) -> None:
-    """A graph replayed once saves about nothing (its replay is the eager call here) and
-    cost a warm-up call and its capture: "auto" captures no second view, True does."""
-    evaluator = _NewViewEveryCall(required)
-    calls = GraphedCalls(evaluator, EagerStepGraph)
-    batch = Batch.from_atoms(triclinic_bulk())
-    for view in range(2):
-        evaluator.view = view
-        result = calls(batch, {"energy", "forces"})
-        assert (result is None) == (view == 1 and not required)
-    assert calls.captures == (2 if required else 1)
-    assert (calls.declined is None) == required

