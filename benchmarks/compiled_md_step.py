@@ -10,8 +10,10 @@ warm-up's wall seconds (--warmup steps: the compile, for the compiled modes), th
 seconds per step over --steps steps after it (rebuilds included, their count printed) and
 the graphs dynamo compiled in those steps (0: recompile-free). `--model aimnet2`: a random
 AIMNet2 of aimnet2's size (float32, embedded short-range Coulomb) on an H/C/O box at the
-density of water instead. `--profile N` then profiles N
-more steps per mode (torch.profiler) and prints the kernels and ops of most GPU time.
+density of water instead; `--model uma`: a random dense UMA-S-sized eSCN-MD (4 blocks, 128
+channels, cutoff 6 Å, fairchem's "omat" task; `benchmarks/uma_dd1.py`) on fcc Cu.
+`--profile N` then profiles N more steps per mode (torch.profiler) and prints the kernels
+and ops of most GPU time.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from torch._dynamo.utils import counters
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.dynamics import NVE
-from nvdd_plugins.models import BaseModelMixin, MACEWrapper
+from nvdd_plugins.models import BaseModelMixin, MACEWrapper, UMAWrapper
 
 MODES = {
     "eager": {"compile": False, "cuda_graphs": False},
@@ -48,7 +50,8 @@ def wrapper_and_system(
         from nvdd_plugins.models import AIMNet2Wrapper
 
         return AIMNet2Wrapper(model), water_like_box(n_atoms, device, 300.0)
-    return MACEWrapper(model), fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, 300.0)
+    wrapper = UMAWrapper(model, task_name="omat") if args.model == "uma" else MACEWrapper(model)
+    return wrapper, fcc_batch(n_atoms, LATTICE, (29,), torch.float32, device, 300.0)
 
 
 def mode_row(model: torch.nn.Module, n_atoms: int, mode: str, args: argparse.Namespace) -> dict:
@@ -95,7 +98,7 @@ def print_profile(steps: Callable[[], Any], mode: str, device: torch.device) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--atoms", type=int, nargs="+", default=[10_976, 108_000])
-    parser.add_argument("--model", default="mace", choices=["mace", "aimnet2"])
+    parser.add_argument("--model", default="mace", choices=["mace", "aimnet2", "uma"])
     parser.add_argument("--backend", default="cueq", choices=["cueq", "e3nn"])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--skin", type=float, default=0.5)
@@ -111,6 +114,11 @@ def main() -> None:
 
         model = random_aimnet2(5.0, 4.6, nfeature=16, nshifts=16, hidden=256, dtype=torch.float32)
         model = model.to(args.device)
+    elif args.model == "uma":
+        from nvdd_plugins.models import random_uma, uma_config
+
+        config = uma_config(cutoff=6.0, num_layers=4, channels=128, num_distance_basis=64)
+        model = random_uma(config, dtype=torch.float32).to(args.device)
     else:  # converted on the GPU: mace fuses the cuEquivariance convolution only there
         mace = mace_model(args.preset, (29,), torch.float32).to(args.device)
         model = in_backend(mace, args.backend)
