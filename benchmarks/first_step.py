@@ -13,14 +13,17 @@ sizes: cuEquivariance builds a kernel plan (NVRTC compilation and a benchmark of
 kernels) the first time it meets a problem, so the first call of each key shows what that
 cost, and the keys nvdd meets that plain did not are the extra problems its first step pays
 for. With `CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR` set (cuEquivariance's on-disk cache of the
-kernels it compiles), the files it holds after each phase are counted.
+kernels it compiles), the files it holds after each phase are counted. `--profile-first N`
+prints cProfile's N functions of most own time in nvdd's first forward under interception.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import os
+import pstats
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -112,6 +115,26 @@ class Clock:
 
         setattr(owner, name, timed)
 
+    def profile_first(self, owner: Any, name: str, rows: int) -> None:
+        """Run the first call of `owner.name` under cProfile and print its `rows` functions
+        of most own time (where a one-time cost on the host goes)."""
+        original = getattr(owner, name)
+        calls = [0]
+
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            if calls[0] > 1:
+                return original(*args, **kwargs)
+            profile = cProfile.Profile()
+            try:
+                return profile.runcall(original, *args, **kwargs)
+            finally:
+                synchronize(self.device)
+                print(f"## cProfile of the first {owner.__name__}.{name}", flush=True)
+                pstats.Stats(profile).sort_stats("tottime").print_stats(rows)
+
+        setattr(owner, name, profiled)
+
     def report(self) -> dict[str, Any]:
         """Phases, and the problems by first-call cost."""
         by_stage: dict[str, float] = collections.defaultdict(float)
@@ -157,6 +180,8 @@ def nvdd(model: torch.nn.Module, batch: Any, clock: Clock, args: argparse.Namesp
     clock.watch(SpecRunner, "_verified_forward", "  checked forward (reference + claimed)")
     if not args.compile:  # (a compiled forward would trace the clock)
         clock.watch(SpecRunner, "_forward_in_mode", "    forward under interception")
+        if args.profile_first:
+            clock.profile_first(SpecRunner, "_forward_in_mode", args.profile_first)
     clock.watch(Leaves, "derive", "  backward (forces)")
     wrapper = MACEWrapper(model)
     config = DomainConfig(cutoff=wrapper.cutoff, skin=args.skin, compile=args.compile)
@@ -179,6 +204,13 @@ def main() -> None:
     parser.add_argument("--skin", type=float, default=0.5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="nvdd with compile=True")
+    parser.add_argument(
+        "--profile-first",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cProfile nvdd's first forward under interception: its N functions of most time",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()

@@ -41,7 +41,7 @@ CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR=$(mktemp -d) step first_step_nvdd_first 200 f
     --atoms 108000 --order nvdd,plain
 # the same with mace-torch's own first call first (the figure the first step is held against)
 CUEQUIVARIANCE_OPS_NVRTC_CACHE_DIR=$(mktemp -d) step first_step_plain_first 200 first_step.py \
-    --atoms 108000 --order plain,nvdd
+    --atoms 108000 --order plain,nvdd --profile-first 40
 # where compiled loses at 108k: torch.profiler tables of two steps per mode
 step compiled_md_profile 300 compiled_md_step.py --atoms 108000 --steps 10 --warmup 5 \
     --modes eager+auto compiled --profile 2
