@@ -147,10 +147,11 @@ class ReplayedCalls(CapturedGraphs):
         next replay."""
         if self.stopped:
             return None
-        if self.graph is None or key() != self._key or not self._fits(inputs):
+        now = key()
+        if self.graph is None or now != self._key or not self._fits(inputs):
             pending, calls = self._pending
-            calls = calls + 1 if key() == pending else 1
-            self._pending = (key(), calls)
+            calls = calls + 1 if now == pending else 1
+            self._pending = (now, calls)
             if calls <= self.eager_calls or not self.still_pays(required):
                 return None
             try:
