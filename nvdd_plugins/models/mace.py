@@ -159,12 +159,11 @@ class MACEWrapper(nn.Module, BaseModelMixin):
         if self.cuequivariance:  # as mace's calculator compiles its accelerated backends
             mace_compile.configure_autograd_for_compile(allow_autograd=True)
             with mace_compile.disable_e3nn_codegen():
-                model = mace_compile.simplify(_copy_keeping_fusion(self.model))
+                model = mace_compile.simplify(_copy_sharing_cuequivariance(self.model))
         else:
             model = mace_compile.prepare(extract_model)(
                 model=self.model, map_location=parameter.device
             )
-        # cuEquivariance's modules deep-copy by construction anew, on the default device
         model = model.to(device=parameter.device, dtype=parameter.dtype)
         prepared = MACEWrapper(model, head=self.head)
         prepared._compile_ready = True
@@ -279,17 +278,16 @@ def _uses_cuequivariance(model: nn.Module) -> bool:
     return any(type(m).__module__.startswith("cuequivariance_torch") for m in model.modules())
 
 
-def _copy_keeping_fusion(model: nn.Module) -> nn.Module:
-    """A deep copy of a cuEquivariance mace model whose fused convolutions stay fused.
+def _copy_sharing_cuequivariance(model: nn.Module) -> nn.Module:
+    """A deep copy of a cuEquivariance mace model that shares its cuEquivariance modules.
 
-    cuEquivariance's modules deep-copy by construction anew, which drops the forward that
-    mace's conversion set on each fused convolution's instance: the copy's interactions would
-    call the bare polynomial with the fused call's arguments."""
-    from mace.modules.wrapper_ops import with_cueq_conv_fusion  # optional dependency
-
-    copied = copy.deepcopy(model)
-    twins = dict(copied.named_modules())
-    for name, module in model.named_modules():
-        if "original_forward" in vars(module) and "original_forward" not in vars(twins[name]):
-            with_cueq_conv_fusion(twins[name])
-    return copied
+    Those deep-copy by construction anew: under the default kernel name, and without the
+    forward that mace's conversion set on each fused convolution's instance (the copy's
+    interactions would call the bare polynomial with the fused call's arguments). Shared,
+    they stay as mace built them; their weights are the model's own."""
+    shared = {
+        id(module): module
+        for module in model.modules()
+        if type(module).__module__.startswith("cuequivariance_torch")
+    }
+    return copy.deepcopy(model, shared)

@@ -85,3 +85,31 @@ def test_rows_and_slots_never_coincide(extra_rows: bool, rows: int, slots: int) 
     assert (view.n_rows, view.edge_index.shape[1]) == (rows, slots)
     assert torch.equal(view.edge_index[:, :2], torch.tensor([[0, 1], [1, 0]]))
     assert bool((view.edge_index[:, 2:] == view.n_rows).all()), "empty slots hold the sentinel"
+
+
+def test_far_pairs_spread_over_the_padding_rows() -> None:
+    """Empty slots of a fixed-shape view join two distinct padding rows, no padding row
+    receives more than its share of them (a kernel that reduces over each receiver's edges
+    serialises on one row holding them all), and the per-step cutoff filter puts the same
+    pairs back into the slots it empties."""
+    positions = torch.tensor([[0.0, 0.0, 0.0], [3.0, 0.0, 0.0]], dtype=torch.float64)
+
+    def fn(comm):
+        plan = HaloPlan.build(comm, 2, torch.empty(0, dtype=torch.long), torch.empty(0))
+        pairs = torch.tensor([[0, 1], [1, 0]])
+        local = ViewRows(plan, positions, torch.tensor([18, 18]), torch.arange(2), pairs)
+        padding = Padding(18, CUTOFF, lambda n: n + 5, lambda e: e + 40, far_pairs=True)
+        return padded_view(local, padding)
+
+    view = run_simulated(1, fn)[0]
+    _check_padding_rows(view)
+    sender, receiver = view.edge_index[:, 2:]
+    n_pad = view.n_rows - view.n_local
+    assert bool((sender >= view.n_local).all() and (receiver >= view.n_local).all())
+    assert bool((sender != receiver).all())
+    per_row = torch.bincount(receiver - view.n_local, minlength=n_pad)
+    assert int(per_row.max()) <= -(-receiver.numel() // n_pad), per_row.tolist()
+    rows = torch.cat([positions, view.padding_positions])
+    shifts = torch.zeros(view.edge_index.shape[1], 3, dtype=torch.float64)
+    edge_index, _, _ = view.within_cutoff(rows, shifts, CUTOFF)
+    assert torch.equal(edge_index, view.edge_index)

