@@ -89,11 +89,24 @@ class HaloBridge:
         graphs = bool(cuda_graphs) and replayable
         # a replayed rank exchanges nothing: its ghosts are self-images, copied on the device
         self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
+        self.model, self.padding_species = model, padding_species
         self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
-        self.graphs_required = cuda_graphs is True
-        what = "the LAMMPS bridge's model call"
-        self.graphs = ReplayedCalls(CudaStepGraph, what, EAGER_CALLS) if graphs else None
+        self.graphs: ReplayedCalls | None = None
+        self.graphs_required = False
+        if graphs:
+            what = "the LAMMPS bridge's model call"
+            self.replay_through(
+                ReplayedCalls(CudaStepGraph, what, EAGER_CALLS), cuda_graphs is True
+            )
         self._noted_pairs = False
+
+    def replay_through(self, graphs: ReplayedCalls, required: bool) -> None:
+        """Replay the model calls through `graphs` (`required`: capture every new view and
+        raise when a capture fails), on views of fixed shapes (no host-side filtering,
+        which a capture cannot hold); the layout starts anew (a new view at the next call)."""
+        self.graphs, self.graphs_required = graphs, required
+        shapes = (self.padding_species, VERLET_SKIN)
+        self.layout = GivenRowsModel(self.model, self.comm, *shapes, fixed_shapes=True)
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every

@@ -12,6 +12,7 @@ from nvdd_plugins.models.base import (
     NeighborListFormat,
     host_checks_allowed,
     model_dtype,
+    without_host_checks,
 )
 from nvdd_plugins.models.chgnet import CHGNetWrapper
 from nvdd_plugins.models.composed import SumModel, spec_union
@@ -92,4 +93,5 @@ __all__ = [
     "save_uma_checkpoint",
     "spec_union",
     "uma_config",
+    "without_host_checks",
 ]

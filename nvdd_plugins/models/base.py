@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -20,6 +23,7 @@ __all__ = [
     "NeighborListFormat",
     "host_checks_allowed",
     "model_dtype",
+    "without_host_checks",
 ]
 
 
@@ -30,13 +34,27 @@ class NeighborListFormat(StrEnum):
     COO = "coo"
 
 
+_HOST_CHECKS_OFF: ContextVar[bool] = ContextVar("nvdd_host_checks_off", default=False)
+
+
 def host_checks_allowed() -> bool:
     """Whether a forward may check device values on the host (a synchronisation, or a
     data-dependent shape): not while `torch.compile` traces it, nor while a CUDA graph
-    captures it."""
-    if torch.compiler.is_compiling():
+    captures it, nor inside `without_host_checks`."""
+    if torch.compiler.is_compiling() or _HOST_CHECKS_OFF.get():
         return False
     return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+@contextmanager
+def without_host_checks() -> Iterator[None]:
+    """Run the block as a CUDA graph capture sees it: `host_checks_allowed()` is False (a
+    CPU stand-in for a capture runs a step's Python exactly as the capture would)."""
+    token = _HOST_CHECKS_OFF.set(True)
+    try:
+        yield
+    finally:
+        _HOST_CHECKS_OFF.reset(token)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
-"""A `StepGraph` that records nothing: `replay()` runs the step's Python again, so the replay
-bookkeeping of `GraphedSteps` (static buffers, masked steps, the stale flag, the kept
-count, hook windows) runs on the CPU."""
+"""A `StepGraph` that records nothing: `replay()` runs the step's Python again, as a capture
+would see it (`without_host_checks`), so the replay bookkeeping of `GraphedSteps` (static
+buffers, masked steps, the stale flag, the kept count, hook windows) runs on the CPU, and a
+step that leans on a host check a capture skips fails there too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 
 from nvdd_plugins import Batch
+from nvdd_plugins.models import without_host_checks
 
 
 class EagerStepGraph:
@@ -29,10 +31,11 @@ class EagerStepGraph:
         self.body = body
 
     def replay(self) -> None:
-        """Run the kept step."""
+        """Run the kept step without host checks (as its capture ran)."""
         assert self.body is not None
         self.replays += 1
-        self.body()
+        with without_host_checks():
+            self.body()
 
     def read_later(self, value: torch.Tensor) -> Callable[[], int]:
         """`value` now."""

@@ -45,6 +45,9 @@ class GivenRowsModel:
         shell: `PerLayerRefresh()` (default: ghost rows refreshed from their owners per
             layer), or `ThickShell(n_layers)` when the rows hold every owned atom's
             receptive field and the pairs among ghosts (no exchange; ghost forces owed).
+        fixed_shapes: views as a CUDA graph replays them (`DomainConfig.fixed_shapes`:
+            capacities that grow, empty pair slots holding padding pairs, no filtering on
+            the host), for a front end that replays its model calls.
     """
 
     def __init__(
@@ -54,9 +57,11 @@ class GivenRowsModel:
         padding_species: int,
         skin: float = 0.0,
         shell: Shell | None = None,
+        fixed_shapes: bool = False,
     ) -> None:
         self.comm = comm
-        self.engine = HaloEngine(model, DomainConfig(cutoff=model.cutoff), comm, shell)
+        config = DomainConfig(cutoff=model.cutoff, cuda_graphs=fixed_shapes)
+        self.engine = HaloEngine(model, config, comm, shell)
         self.padding_species = int(padding_species)
         # the halo plan follows the front end's row layout (owned count and ids)
         self.verlet = VerletState(growth=CAPACITY_GROWTH)
@@ -101,7 +106,8 @@ class GivenRowsModel:
         pairs: torch.Tensor,
     ) -> HaloView:
         capacities = (self.verlet.rows.fit, self.verlet.pairs.fit)
-        padding = Padding(self.padding_species, self.engine.config.cutoff, *capacities)
+        config = self.engine.config
+        padding = Padding(self.padding_species, config.cutoff, *capacities, config.fixed_shapes)
         return padded_view(ViewRows(plan, positions, numbers, ids, pairs), padding)
 
     def _plan_for(self, n_owned: int, ids: torch.Tensor) -> HaloPlan:

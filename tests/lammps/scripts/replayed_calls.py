@@ -68,8 +68,7 @@ def trajectory(
     if not graphed:
         halo.graphs = None
     elif device == "cpu":
-        halo.graphs = ReplayedCalls(EagerStepGraph, "the model call", EAGER_CALLS)
-        halo.graphs_required = True
+        halo.replay_through(ReplayedCalls(EagerStepGraph, "the model call", EAGER_CALLS), True)
     lmp.command(f"run {STEPS}")
     n = lmp.extract_global("nlocal")
     order = np.argsort(np.array(lmp.numpy.extract_atom("id", nelem=n)))
