@@ -35,6 +35,11 @@ from common import fcc_batch, mace_model, synchronize, write_json
 LATTICE = 3.61
 
 
+def _capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 class Clock:
     """Wall seconds of named phases (the GPU synchronised at both ends) and of the first and
     later calls of each cuEquivariance problem."""
@@ -48,7 +53,11 @@ class Clock:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase `name` (problems met inside are filed under it)."""
+        """Time the block as phase `name` (problems met inside are filed under it; not
+        while a CUDA graph captures it)."""
+        if _capturing():
+            yield
+            return
         previous, self.stage = self.stage, name
         synchronize(self.device)
         start = time.perf_counter()
@@ -65,7 +74,10 @@ class Clock:
             self.stage = previous
 
     def timed(self, key: tuple, call: Callable[[], Any]) -> Any:
-        """`call()` timed as one call of cuEquivariance problem `key`."""
+        """`call()` timed as one call of cuEquivariance problem `key` (not while a CUDA graph
+        captures it: a capture records, and cannot synchronise)."""
+        if _capturing():
+            return call()
         synchronize(self.device)
         start = time.perf_counter()
         out = call()
