@@ -16,8 +16,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+# isort: off
+# mace before LAMMPS's module: on the GPU machine, mace's import chain (torchmetrics,
+# matplotlib) fails in matplotlib's pybind11 extension once liblammps is loaded
+import mace.tools  # noqa: F401
 from lammps import lammps, mliap
 
+# isort: on
 import lammps_interface
 from lammps_interface.halo import EAGER_CALLS
 from nvdd_plugins.dynamics import ReplayedCalls
