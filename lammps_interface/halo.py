@@ -16,9 +16,10 @@ the other steps, cannot give wrong per-atom virials).
 Between rebuilds the model call can replay from a captured CUDA graph (`ReplayedCalls`), as
 `DomainParallel` replays its steps: the held view is returned only while LAMMPS's rows are
 the same and none moved more than half the skin, so a replay is valid whenever the view is
-the captured one. Only a rank that exchanges nothing can replay (one rank: its ghosts are
-self-images, copied by index on the device); an exchange through MPI runs on the host,
-which a graph cannot hold.
+the captured one. Its views then have fixed shapes (empty pair slots hold padding pairs, not
+the sentinel a host-side filter would remove, which a capture skips). Only a rank that
+exchanges nothing can replay (one rank: its ghosts are self-images, copied by index on the
+device); an exchange through MPI runs on the host, which a graph cannot hold.
 """
 
 from __future__ import annotations

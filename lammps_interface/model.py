@@ -81,7 +81,7 @@ class MLIAPModel(MLIAPUnified):
             halo mode on a GPU with one LAMMPS rank (exchanges between ranks run through MPI
             on the host, which a graph cannot hold): "auto" while the replays pay, as
             `DomainParallel` does; True always (an error where it cannot); False (default:
-            the replays are verified on the CPU only, see `lammps_interface.halo`).
+            the replays are exact on a GPU but not yet timed against eager calls).
     """
 
     def __init__(
