@@ -91,23 +91,25 @@ class HaloBridge:
         # a replayed rank exchanges nothing: its ghosts are self-images, copied on the device
         self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
         self.model, self.padding_species = model, padding_species
-        self.layout = GivenRowsModel(model, self.comm, padding_species, VERLET_SKIN)
-        self.graphs: ReplayedCalls | None = None
-        self.graphs_required = False
-        if graphs:
-            what = "the LAMMPS bridge's model call"
-            self.replay_through(
-                ReplayedCalls(CudaStepGraph, what, EAGER_CALLS), cuda_graphs is True
-            )
+        # replayed calls need views of fixed shapes (no host-side filtering in a capture)
+        self.layout = self._layout(fixed_shapes=graphs)
+        self.graphs_required = cuda_graphs is True
+        what = "the LAMMPS bridge's model call"
+        self.graphs = ReplayedCalls(CudaStepGraph, what, EAGER_CALLS) if graphs else None
         self._noted_pairs = False
+
+    def _layout(self, fixed_shapes: bool) -> GivenRowsModel:
+        """A new layout of this bridge's rows (`fixed_shapes`: as a capture replays them)."""
+        return GivenRowsModel(
+            self.model, self.comm, self.padding_species, VERLET_SKIN, fixed_shapes=fixed_shapes
+        )
 
     def replay_through(self, graphs: ReplayedCalls, required: bool) -> None:
         """Replay the model calls through `graphs` (`required`: capture every new view and
         raise when a capture fails), on views of fixed shapes (no host-side filtering,
         which a capture cannot hold); the layout starts anew (a new view at the next call)."""
         self.graphs, self.graphs_required = graphs, required
-        shapes = (self.padding_species, VERLET_SKIN)
-        self.layout = GivenRowsModel(self.model, self.comm, *shapes, fixed_shapes=True)
+        self.layout = self._layout(fixed_shapes=True)
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every

@@ -273,9 +273,14 @@ class _GhostExchange:
         out.copy_(self.rows.refresh_adjoint(grad))
 
 
+def _from_cuequivariance(module: nn.Module) -> bool:
+    """Whether `module` is one of cuequivariance-torch's."""
+    return type(module).__module__.startswith("cuequivariance_torch")
+
+
 def _uses_cuequivariance(model: nn.Module) -> bool:
     """Whether any submodule of `model` comes from cuequivariance-torch."""
-    return any(type(m).__module__.startswith("cuequivariance_torch") for m in model.modules())
+    return any(_from_cuequivariance(m) for m in model.modules())
 
 
 def _copy_sharing_cuequivariance(model: nn.Module) -> nn.Module:
@@ -285,9 +290,5 @@ def _copy_sharing_cuequivariance(model: nn.Module) -> nn.Module:
     forward that mace's conversion set on each fused convolution's instance (the copy's
     interactions would call the bare polynomial with the fused call's arguments). Shared,
     they stay as mace built them; their weights are the model's own."""
-    shared = {
-        id(module): module
-        for module in model.modules()
-        if type(module).__module__.startswith("cuequivariance_torch")
-    }
+    shared = {id(module): module for module in model.modules() if _from_cuequivariance(module)}
     return copy.deepcopy(model, shared)
