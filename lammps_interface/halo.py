@@ -24,6 +24,8 @@ device); an exchange through MPI runs on the host, which a graph cannot hold.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from lammps_interface.handle import read_atoms, require_metal_units
@@ -134,14 +136,15 @@ class HaloBridge:
             per_pair = rows.pair_forces(gradients, ghost_pairs=False)
             return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
 
-        def per_row() -> tuple[torch.Tensor, None]:
+        def per_row() -> tuple[torch.Tensor, torch.Tensor | None]:
             out = self.layout(view, positions, cell)
-            return torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1), None
+            values = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+            return values, self.layout.overflowed()
 
         replayed = None
         if self.graphs is not None:
-            inputs = (positions, cell)
-            replayed = self.graphs(lambda: view, inputs, per_row, self.graphs_required)
+            inputs, key = (positions, cell), partial(self.layout.replay_key, view)
+            replayed = self.graphs(key, inputs, per_row, self.graphs_required)
         if replayed is None:
             replayed = per_row()[0]
         return RowResults.from_device(replayed, rows.nlocal, self.staging)

@@ -68,3 +68,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.section(f"tests over {NEAR_TIMEOUT:.0%} of their timeout")
     for nodeid, took, limit in sorted(_near_timeout, key=lambda row: -row[1] / row[2]):
         terminalreporter.write_line(f"{took:7.1f} s of {limit:.0f} s  {nodeid}")
+
+
+@pytest.fixture
+def dynamo_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`torch.compile` as dynamo's graph capture without code generation (backend "eager")."""
+    from tests.helpers.compiling import dynamo_only_compile
+
+    monkeypatch.setattr(torch, "compile", dynamo_only_compile(torch.compile))

@@ -25,6 +25,7 @@ from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import Communicator, SimulatedMesh
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.dynamics import NVE
+from tests.helpers.compiling import dynamo_only_compile
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import on_the_oracle
 from tests.helpers.systems import ShiftPairModel, lj_model, triclinic_bulk
@@ -95,18 +96,6 @@ def _wrapper(name: str) -> tuple[Any, Atoms, float]:
     return model, atoms, dt
 
 
-def _dynamo_only(compile_: Callable[..., Any]) -> Callable[..., Any]:
-    """`compile_` with backend "eager" (dynamo's capture, no code generation), fullgraph
-    as asked."""
-    return lambda fn, **kw: compile_(fn, backend="eager", fullgraph=kw.get("fullgraph", False))
-
-
-@pytest.fixture
-def dynamo_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`torch.compile` as dynamo's graph capture without code generation (backend "eager")."""
-    monkeypatch.setattr(torch, "compile", _dynamo_only(torch.compile))
-
-
 @dataclasses.dataclass(frozen=True)
 class Run:
     """What a trajectory ends with."""
@@ -123,7 +112,7 @@ def _trajectory(comm: Communicator, model: Any, atoms: Atoms, options: dict[str,
     """Positions after options["warm_up"] + options["steps"] NVE steps of `atoms` at 600 K
     (skin 0.2 Å: a rebuild every few steps), compiled or not (options["compile"])."""
     if options.get("dynamo_only"):  # in a rank process, where no fixture reaches
-        torch.compile = _dynamo_only(torch.compile)
+        torch.compile = dynamo_only_compile(torch.compile)
     atoms = atoms.copy()
     thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(0))
     config = DomainConfig(cutoff=model.cutoff, skin=0.2, mesh=comm, compile=options["compile"])
@@ -269,3 +258,13 @@ def test_a_forward_that_breaks_the_graph_is_refused(dynamo_only: None) -> None:
     options = {"compile": True, "dt": 4.0, "warm_up": 2, "steps": 0}
     with pytest.raises(ValueError, match="_HostRead's breaks it"):
         _trajectory(SimulatedMesh(1).communicator(0), _HostRead(), triclinic_bulk(), options)
+
+
+def test_the_reference_mpnn_is_refused_with_its_reason(dynamo_only: None) -> None:
+    """SimpleMPNN takes the minimum image of its pair vectors, reading the periodic axes on
+    the host: refused, as the README's model table says."""
+    from tests.helpers.systems import mpnn_model
+
+    options = {"compile": True, "dt": 4.0, "warm_up": 2, "steps": 0}
+    with pytest.raises(ValueError, match=r"SimpleMPNN's breaks it \(Tensor.tolist"):
+        _trajectory(SimulatedMesh(1).communicator(0), mpnn_model(), triclinic_bulk(), options)

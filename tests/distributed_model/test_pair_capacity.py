@@ -1,5 +1,6 @@
-"""`PairCapacity`: the pairs within the cutoff first, in a capacity sized by eager forwards;
-more of them than it holds raise the overflow flag instead of being dropped silently."""
+"""`PairCapacity`: the slots needed first, in a capacity grown by eager forwards and kept
+across views; more of them than it holds raise the overflow flag instead of being dropped
+silently."""
 
 from __future__ import annotations
 
@@ -27,23 +28,36 @@ def _chain(n: int, spacing: float) -> Batch:
     return batch
 
 
-def test_pairs_within_the_cutoff_come_first_and_an_overflow_is_flagged(monkeypatch) -> None:
+def test_needed_slots_come_first_and_an_overflow_is_flagged(monkeypatch) -> None:
     batch = _chain(12, 1.0)
-    close = 2 * (11 + 10)  # pairs at 1 and 2 Å, both directions
-    pairs = PairCapacity()
-    kept = pairs.within(batch, cutoff=2.5)
-    assert close <= pairs.capacity == kept.num_edges <= batch.num_edges
-    i, j = kept.edge_index
-    distance = (kept.positions[j] - kept.positions[i]).norm(dim=-1)
-    assert bool((distance[:close] < 2.5).all()) and bool((distance[close:] >= 2.5).all())
-    assert not bool(pairs.overflow)
-    version = pairs.version
-    pairs.capacity = close - 3  # as if atoms had come closer since it was sized
+    i, j = batch.edge_index
+    close = (i - j).abs() <= 2  # pairs at 1 and 2 Å, both directions
+    n_close = 2 * (11 + 10)
+    slots = PairCapacity()
+    kept = slots.kept(batch, close)
+    assert n_close <= slots.capacity and kept.num_edges == min(slots.capacity, batch.num_edges)
+    a, b = kept.edge_index
+    distance = (kept.positions[b] - kept.positions[a]).norm(dim=-1)
+    assert bool((distance[:n_close] < 2.5).all()) and bool((distance[n_close:] >= 2.5).all())
+    assert not bool(slots.overflow)
+    version = slots.version
+    slots.capacity = n_close - 3  # as if atoms had come closer since it was sized
     with monkeypatch.context() as captured:  # a captured forward does not resize
         captured.setattr(pair_capacity, "host_checks_allowed", lambda: False)
-        kept = pairs.within(batch, cutoff=2.5)
-    assert bool(pairs.overflow) and kept.num_edges == close - 3 and pairs.version == version
-    pairs.within(batch, cutoff=2.5)  # an eager forward grows it
-    assert pairs.capacity >= close and pairs.version == version + 1
-    pairs.reset()
-    assert pairs.capacity is None and pairs.overflow is None
+        kept = slots.kept(batch, close)
+    assert bool(slots.overflow) and kept.num_edges == n_close - 3 and slots.version == version
+    slots.kept(batch, close)  # an eager forward grows it
+    assert slots.capacity >= n_close and slots.version == version + 1
+    slots.reset()  # a new view keeps the capacity: compiled shapes outlive rebuilds
+    assert slots.capacity >= n_close and slots.overflow is None
+    fewer = slots.kept(batch, (i - j).abs() <= 1)
+    assert fewer.num_edges == min(slots.capacity, batch.num_edges)
+
+
+def test_the_slot_count_never_equals_the_row_count() -> None:
+    """Per-edge tensors are told from node-indexed ones by their leading size."""
+    batch = _chain(12, 1.0)
+    slots = PairCapacity()
+    slots.capacity = 12  # sized already: 12 needed slots do not grow it
+    kept = slots.kept(batch, torch.arange(batch.num_edges) < 12)
+    assert kept.num_nodes == 12 and kept.num_edges == 13

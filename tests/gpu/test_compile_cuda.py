@@ -1,20 +1,23 @@
 """compile=True on a GPU, alone and with CUDA graphs (cuda_graphs=True): the compiled steps
 equal the eager ones (float64, to the rounding of GPU atomics), across rebuilds, with no
-graph compiled after the warm-up and, with graphs, a capture per view; for LJ and for MACE
-with cuEquivariance's fused kernels."""
+graph compiled after the warm-up and, with graphs, a capture per view; for LJ, MACE with
+cuEquivariance's fused kernels, AIMNet2 and UMA."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
+from ase.md.velocitydistribution import thermalize_momenta
 from torch._dynamo.utils import counters
 
-from nvdd_plugins import DomainConfig, DomainParallel
+from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.dynamics import NVE
-from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model
+from tests.helpers.systems import MD_SKIN, hot_bulk, lj_model, triclinic_bulk
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,10 +28,14 @@ WARM_UP, STEPS, DT_FS = 10, 40, 2.0
 
 
 def _run(
-    model: torch.nn.Module, compile_: bool, graphs: bool
+    model: torch.nn.Module,
+    compile_: bool,
+    graphs: bool,
+    system: Callable[[], Batch] = hot_bulk,
+    dt_fs: float = DT_FS,
 ) -> tuple[torch.Tensor, int, int, int]:
-    """Positions after WARM_UP + STEPS steps; graphs compiled after the warm-up, rebuilds,
-    captures."""
+    """Positions after WARM_UP + STEPS steps of `system` (default: `hot_bulk`); graphs
+    compiled after the warm-up, rebuilds, captures."""
     config = DomainConfig(
         cutoff=model.cutoff,
         skin=MD_SKIN,
@@ -36,8 +43,8 @@ def _run(
         compile=compile_,
         cuda_graphs=graphs,
     )
-    dd = DomainParallel(NVE(model, DT_FS), config)
-    batch = dd.partition(hot_bulk().to("cuda"))
+    dd = DomainParallel(NVE(model, dt_fs), config)
+    batch = dd.partition(system().to("cuda"))
     dd.run(batch, WARM_UP)
     graphs_before = counters["stats"]["unique_graphs"]
     dd.run(batch, STEPS)
@@ -74,4 +81,47 @@ def test_compiled_cueq_mace_steps_equal_eager_ones() -> None:
     compiled, new_graphs, rebuilds, _ = _run(model, True, True)
     assert rebuilds == eager_rebuilds >= 2
     assert new_graphs == 0
+    assert float((compiled - eager).abs().max()) < 1e-9
+
+
+def _hot(atoms_of: Callable[[], object]) -> Callable[[], Batch]:
+    """The system `atoms_of()` at 600 K (the velocities of `hot_bulk`'s seed)."""
+
+    def system() -> Batch:
+        atoms = atoms_of()
+        thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
+        return Batch.from_atoms(atoms)
+
+    return system
+
+
+def _aimnet2() -> tuple[torch.nn.Module, Callable[[], Batch], float]:
+    from nvdd_plugins.models import AIMNet2Wrapper
+    from tests.helpers.aimnet_models import tiny_aimnet2, with_species
+
+    system = _hot(lambda: with_species(triclinic_bulk()))
+    return AIMNet2Wrapper(tiny_aimnet2().to("cuda")), system, 0.5  # light atoms: short step
+
+
+def _uma() -> tuple[torch.nn.Module, Callable[[], Batch], float]:
+    from nvdd_plugins.models import UMAWrapper
+    from tests.helpers.uma_models import TASK, tiny_uma
+
+    return UMAWrapper(tiny_uma().to("cuda"), task_name=TASK), hot_bulk, DT_FS
+
+
+@pytest.mark.parametrize(("package", "build"), [("aimnet", _aimnet2), ("fairchem", _uma)])
+def test_compiled_wrapper_steps_equal_eager_ones(
+    package: str, build: Callable[[], tuple[torch.nn.Module, Callable[[], Batch], float]]
+) -> None:
+    """AIMNet2 and UMA: compiled with CUDA graphs, as a GPU user runs them."""
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"needs {package}")
+    torch._dynamo.reset()
+    model, system, dt_fs = build()
+    eager, _, eager_rebuilds, _ = _run(model, False, False, system, dt_fs)
+    compiled, new_graphs, rebuilds, captures = _run(model, True, True, system, dt_fs)
+    assert rebuilds == eager_rebuilds >= 2
+    assert new_graphs == 0
+    assert captures >= 2
     assert float((compiled - eager).abs().max()) < 1e-9

@@ -24,8 +24,9 @@ class ForwardPlan:
         compiled: they run compiled at fixed shapes (refreshes return new tensors).
         marked: eager ones run without op interception, refreshing the aggregations the
             model passes through `scattered_onto_nodes` (spec: `aggregations_marked`).
-        target_row: the row of `edge_index` every aggregation writes onto, so eager ones
-            drop the edges into ghost rows (spec: `edge_target_row`); None: every edge.
+        target_row: the row of `edge_index` every aggregation writes onto, so forwards
+            drop the edges into ghost rows (spec: `edge_target_row`; at fixed shapes the
+            others fill a capacity up, `PairCapacity`); None: every edge.
         skin_pairs: the model is handed the view's Verlet pairs up to cutoff + skin as they
             are; else the pairs beyond its cutoff hold the sentinel.
         owned_rows: a marked forward offers the model `owned_rows()`: only when every rank
@@ -54,7 +55,7 @@ class ForwardPlan:
         require_compilable(model, config, cell, pbc)
         compiled = config.compile
         marked = spec.distribution.aggregations_marked and not compiled
-        target_row = None if compiled else spec.distribution.edge_target_row
+        target_row = spec.distribution.edge_target_row
         return cls(compiled, marked, target_row, _skin_pairs(model, config, cell, pbc))
 
     def owned_by_all(self, all_own: Callable[[], bool]) -> ForwardPlan:
@@ -63,7 +64,7 @@ class ForwardPlan:
 
     @property
     def shortcuts(self) -> bool:
-        """Whether eager forwards take a shortcut the spec claims (checked once)."""
+        """Whether forwards take a shortcut the spec claims (checked once)."""
         return self.marked or self.target_row is not None
 
 

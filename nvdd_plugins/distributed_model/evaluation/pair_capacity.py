@@ -1,6 +1,8 @@
-"""Pairs within the cutoff at fixed shapes: the Verlet pairs beyond the cutoff left out of a
-capacity fixed between rebuilds, so a captured step does the message-passing work of the
-pairs that count (as an eager step, which filters them, does), not of every Verlet pair."""
+"""Edge slots at fixed shapes: the slots a forward needs (the pairs onto owned rows, and
+within the cutoff where the model prunes the Verlet skin) first, in a capacity that only
+grows. A captured or compiled step then does the message-passing work of the pairs that
+count (as an eager step, which filters them, does), and a compiled forward keeps one shape
+across rebuilds."""
 
 from __future__ import annotations
 
@@ -9,21 +11,23 @@ import math
 import torch
 
 from nvdd_plugins.data import Batch
+from nvdd_plugins.distributed_model.rows.view_build import slot_count
 from nvdd_plugins.models import host_checks_allowed
 
 __all__ = ["PairCapacity"]
 
-_MARGIN = 1.05  # the pairs within the cutoff grow and shrink a little as atoms move
-_EXTRA = 16
+_MARGIN = 1.05  # the pairs that count grow and shrink a little as atoms move and migrate
+_EXTRA = 64
 
 
 class PairCapacity:
-    """How many pair slots a fixed-shape forward keeps, and whether they sufficed.
+    """How many edge slots a fixed-shape forward keeps, and whether they sufficed.
 
-    Eager forwards (not captured) size the capacity from the pairs within the cutoff, with
-    a margin; a captured forward keeps the first `capacity` of them (stable order) and
-    sets `overflow` when more were within the cutoff, so the step is not kept and an eager
-    one grows the capacity (`version` changes, and the step is captured again).
+    Eager forwards (not captured) grow the capacity to the slots needed, with a margin; a
+    captured forward keeps the first `capacity` of them (stable order), filled up with
+    slots that are not needed, and sets `overflow` when more were needed, so the step is
+    not kept and an eager one grows the capacity (`version` changes, and the step is
+    captured, or compiled, again).
     """
 
     def __init__(self) -> None:
@@ -32,24 +36,21 @@ class PairCapacity:
         self.overflow: torch.Tensor | None = None
 
     def reset(self) -> None:
-        """A new view: size the capacity again."""
-        self.capacity = None
+        """A new view: nothing overflowed on it yet (the capacity is kept)."""
         self.overflow = None
-        self.version += 1
 
-    def within(self, batch: Batch, cutoff: float) -> Batch:
-        """A copy of `batch` whose edges are its pairs closer than `cutoff` (Å), padded
-        with pairs beyond it up to the capacity (the model weighs those zero)."""
-        i, j = batch.edge_index
-        x = batch.positions.detach()
-        close = (x[j] - x[i] + batch.shifts.detach()).norm(dim=-1) < cutoff
-        count = close.sum()
+    def kept(self, batch: Batch, needed: torch.Tensor) -> Batch:
+        """A copy of `batch` whose edges are its slots where `needed` (E,) holds, then others
+        up to the capacity (whose messages change nothing: beyond the model's cutoff, or
+        onto ghost or padding rows, whose sums are replaced or never read)."""
+        count = needed.sum()
         if host_checks_allowed():
-            needed = int(count)
-            if self.capacity is None or needed > self.capacity:
-                self.capacity = min(math.ceil(needed * _MARGIN) + _EXTRA, int(close.shape[0]))
+            need = int(count)
+            if self.capacity is None or need > self.capacity:
+                self.capacity = math.ceil(need * _MARGIN) + _EXTRA
                 self.version += 1
         assert self.capacity is not None, "an eager forward sizes the capacity first"
         self.overflow = count > self.capacity
-        slots = torch.argsort((~close).to(torch.int8), stable=True)[: self.capacity]
+        size = min(slot_count(self.capacity, batch.num_nodes), int(needed.shape[0]))
+        slots = torch.argsort((~needed).to(torch.int8), stable=True)[:size]
         return batch.select_edges(slots)

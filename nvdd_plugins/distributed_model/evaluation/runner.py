@@ -77,16 +77,16 @@ class SpecRunner:
             exchange = partial(all_to_all_rows, comm=comm)
             self._ranks = MeshRanks(comm.rank, comm.size, exchange, comm.all_gather)
         neighbors = model.model_config.neighbor_config
-        # at fixed shapes, pairs beyond the cutoff are left out of a fixed capacity
-        self.pairs = PairCapacity() if neighbors and neighbors.prune_skin_pairs else None
+        # at fixed shapes, the claimed slots (and the pairs within the cutoff) in a capacity
+        self.edge_slots = PairCapacity()
+        self._prunes = bool(neighbors and neighbors.prune_skin_pairs)
 
     def rebuilt(self, cell: torch.Tensor, pbc: torch.Tensor) -> None:
         """A new view was built in `cell` (3, 3) periodic along `pbc` (3,): decide its plan
         and check the next forward."""
         self.checking = True
         self.plan = ForwardPlan.of(self.model, self.spec, self.config, cell, pbc)
-        if self.pairs is not None:
-            self.pairs.reset()
+        self.edge_slots.reset()
 
     def run(
         self, view: HaloView, batch: Batch, taps: FluxTaps | None = None
@@ -107,10 +107,10 @@ class SpecRunner:
         )
         with self._model_scope(batch), forward_on_ranks(self._ranks):
             if plan.compiled and not self.checking:
-                return self._run_compiled(batch, ctx)
+                return self._run_compiled(self._claimed(batch, ctx), ctx)
             if plan.shortcuts and not self._claims_verified:
-                return self._verified_forward(batch, view, ctx)
-            return self._eager_forward(batch, view, ctx, self.checking)
+                return self._verified_forward(batch, ctx)
+            return self._eager_forward(batch, ctx, self.checking)
 
     def run_alone(self, batch: Batch, n_owned: int) -> dict[str, torch.Tensor]:
         """The model's outputs on rows that need no exchange (a thick shell's: every owned
@@ -166,41 +166,41 @@ class SpecRunner:
         empty = torch.tensor([float(view.n_owned == 0)], device=view.owned_mask.device)
         return float(self.comm.all_reduce(empty, "sum")) == 0
 
-    def _claimed(self, batch: Batch, view: HaloView, ctx: HaloContext) -> Batch:
+    def _claimed(self, batch: Batch, ctx: HaloContext) -> Batch:
         """`batch` without the edges into ghost rows, when the spec says every aggregation
         writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
         itself), or at fixed shapes (`DomainConfig.fixed_shapes`: no data-dependent
-        filtering) a copy of `batch` leaves them out, with a shape fixed for the view's
-        life, and with it the pairs beyond the cutoff when the model prunes them
-        (`PairCapacity`)."""
+        filtering) a copy of `batch` keeps the others, and of them the pairs within the
+        cutoff when the model prunes the rest, first in a capacity (`PairCapacity`) whose
+        shape outlives rebuilds."""
         target_row = self.plan.target_row
-        if target_row is None or ctx.n_owned == ctx.n_rows:
+        if target_row is None:
             return batch
         edge_index = batch.edge_index
+        into_owned = edge_index[target_row] < ctx.n_owned
         if not self.config.fixed_shapes:
-            into_owned = edge_index[target_row] < ctx.n_owned
-            sentinel = torch.full_like(edge_index, ctx.n_rows)
-            batch.edge_index = torch.where(into_owned, edge_index, sentinel)
+            if ctx.n_owned < ctx.n_rows:
+                batch.edge_index = torch.where(into_owned, edge_index, ctx.n_rows)
             return batch
-        claimed = batch.select_edges(view.slots_onto_owned(target_row))
-        if self.pairs is None:
-            return claimed
-        return self.pairs.within(claimed, self.model.cutoff)
+        if self._prunes:
+            i, j = edge_index
+            x = batch.positions.detach()
+            distance = (x[j] - x[i] + batch.shifts.detach()).norm(dim=-1)
+            into_owned = into_owned & (distance < self.model.cutoff)
+        return self.edge_slots.kept(batch, into_owned)
 
     def _eager_forward(
-        self, batch: Batch, view: HaloView, ctx: HaloContext, checking: bool
+        self, batch: Batch, ctx: HaloContext, checking: bool
     ) -> dict[str, torch.Tensor]:
         """An eager forward taking the plan's shortcuts (`checking`: the checked one)."""
-        batch = self._claimed(batch, view, ctx)
+        batch = self._claimed(batch, ctx)
         if self.plan.marked and not checking:
             owned_rows = ctx.owned_rows() if self.plan.owned_rows else None
             with refreshing_marks(ctx.refresh_rows, owned_rows):
                 return self.model(batch)
         return self._forward_in_mode(batch, ctx, check_indices=checking)
 
-    def _verified_forward(
-        self, batch: Batch, view: HaloView, ctx: HaloContext
-    ) -> dict[str, torch.Tensor]:
+    def _verified_forward(self, batch: Batch, ctx: HaloContext) -> dict[str, torch.Tensor]:
         """A checked forward that also tests the spec's shortcuts (collective): the reference
         forward (under interception with the checks on, every edge) without gradients, then
         the forward taking the shortcuts, whose outputs are returned once their owned
@@ -209,7 +209,7 @@ class SpecRunner:
         than the later ones."""
         with torch.no_grad():
             reference = self._forward_in_mode(batch, ctx, check_indices=True)["energies"]
-        out = self._eager_forward(batch, view, ctx, checking=False)
+        out = self._eager_forward(batch, ctx, checking=False)
         owned = reference[: ctx.n_owned]
         claimed = out["energies"][: ctx.n_owned].detach()
         differs = ctx.n_owned > 0 and bool(

@@ -128,6 +128,16 @@ class GivenRowsModel:
         assert self._plan is not None
         return self._plan
 
+    def replay_key(self, view: HaloView) -> tuple[HaloView, int]:
+        """What a captured call on `view` holds for: the view, and the capacity of the edge
+        slots its forwards keep (`PairCapacity.version`)."""
+        return view, self.engine.runner.edge_slots.version
+
+    def overflowed(self) -> torch.Tensor | None:
+        """0-d device flag, or None: the last call needed more edge slots than it kept, so
+        its results (a replay's) must not be used."""
+        return self.engine.runner.edge_slots.overflow
+
     def __call__(
         self,
         view: HaloView,

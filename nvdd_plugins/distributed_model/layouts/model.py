@@ -191,16 +191,15 @@ class SubdomainModel(nn.Module):
             return self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, self.placement)
 
     # -- evaluations captured as CUDA graphs (`FixedShapeEvaluator`) -----------------------
-    def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
+    def graph_token(self, batch: Batch) -> tuple[int, int, int] | None:
         """The current view's identity when an evaluation may be captured now, else None:
         graphs are on (`config.cuda_graphs`) and the next forward is not the checked one
         (the first after a rebuild runs eagerly). It changes at every rebuild and when the
-        capacity of pairs within the cutoff grows."""
+        capacity of the edge slots a forward keeps grows (`PairCapacity`)."""
         runner = self.engine.runner
         if self.config.cuda_graphs is not True or runner.checking:
             return None
-        pairs = None if runner.pairs is None else runner.pairs.version
-        return (self.domain.rebuilds, id(self.domain.view), pairs)
+        return (self.domain.rebuilds, id(self.domain.view), runner.edge_slots.version)
 
     def graphs_required(self) -> bool:
         """Whether `cuda_graphs=True` was asked for (not "auto")."""
@@ -212,9 +211,9 @@ class SubdomainModel(nn.Module):
         finite, or the last evaluation had more pairs within the cutoff than their
         capacity. One rank only: a mesh would all-reduce it."""
         stale = self.status(self.owned_rows(batch)) != 0
-        pairs = self.engine.runner.pairs
-        if pairs is not None and pairs.overflow is not None:
-            stale = stale | pairs.overflow
+        overflow = self.engine.runner.edge_slots.overflow
+        if overflow is not None:
+            stale = stale | overflow
         return stale
 
     def evaluate_fixed(

@@ -77,7 +77,7 @@ class OneProcessEvaluator:
         return self.distributable and batch.num_graphs == 1 and "edge_index" not in batch
 
     # -- steps captured as CUDA graphs (nvdd_plugins.dynamics.graphed) --------------------
-    def graph_token(self, batch: Batch) -> tuple[int, int, int | None] | None:
+    def graph_token(self, batch: Batch) -> tuple[int, int, int] | None:
         """The engine's `graph_token` for `batch` (None when the engine does not take it or
         has not evaluated this system yet)."""
         if self.engine is None or not self.takes(batch) or not self.engine.holds(batch):

@@ -138,18 +138,6 @@ class HaloView:
         self._shifts_by_cell[:] = [_CellShifts.of(cell, shifts)]
         return shifts
 
-    def slots_onto_owned(self, row: int) -> torch.Tensor:
-        """The edge slots whose `edge_index[row]` is an owned row (a host synchronisation
-        the first time for a row; the same tensor for the rest of the view's life)."""
-        slots = self._slots_onto_owned
-        if row not in slots:
-            slots[row] = torch.nonzero(self.edge_index[row] < self.n_owned).flatten()
-        return slots[row]
-
-    @cached_property
-    def _slots_onto_owned(self) -> dict[int, torch.Tensor]:
-        return {}
-
     @cached_property
     def _shifts_by_cell(self) -> list[_CellShifts]:
         if self.built_shifts is None:
