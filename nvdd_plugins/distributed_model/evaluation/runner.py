@@ -1,10 +1,11 @@
 """`SpecRunner`: runs a model's forward on one rank's view the way its spec says.
 
 The first forward after each rebuild runs eagerly under op interception with the checks on
-(sentinel indices, stale in-place targets, opaque ops). Later forwards run compiled
-(`compile=True`), or eagerly with the spec's shortcuts once they held in one checked forward:
-without interception when its aggregations are all marked, without the edges into ghost rows
-when they all write onto one row of `edge_index`; otherwise eagerly under interception.
+(sentinel indices, stale in-place targets, opaque ops). Later forwards take the spec's
+shortcuts once they held in one checked forward: without the edges into ghost rows when its
+aggregations all write onto one row of `edge_index` (compiled forwards too, at a fixed
+capacity), and, eagerly, without interception when they are all marked. Compiled forwards
+(`compile=True`) and eager ones without marks run under interception.
 Which of these apply, and whether the model sees the Verlet pairs beyond its cutoff, is one
 `ForwardPlan`, decided at each rebuild.
 """
