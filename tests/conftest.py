@@ -72,7 +72,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture
 def dynamo_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`torch.compile` as dynamo's graph capture without code generation (backend "eager")."""
+    """`torch.compile` as dynamo's graph capture without code generation (backend "eager"),
+    from an empty cache: the graphs earlier tests compiled count towards dynamo's limit of
+    recompiles per function, which `fullgraph=True` turns into an error."""
     from tests.helpers.compiling import dynamo_only_compile
 
+    torch._dynamo.reset()
     monkeypatch.setattr(torch, "compile", dynamo_only_compile(torch.compile))
