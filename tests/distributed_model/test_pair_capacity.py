@@ -1,6 +1,6 @@
-"""`PairCapacity`: the slots needed first, in a capacity grown by eager forwards and kept
-across views; more of them than it holds raise the overflow flag instead of being dropped
-silently."""
+"""`PairCapacity`: the slots needed first, in a capacity grown by eager forwards (kept across
+views for compiled ones); more of them than it holds raise the overflow flag instead of
+being dropped silently."""
 
 from __future__ import annotations
 
@@ -48,10 +48,13 @@ def test_needed_slots_come_first_and_an_overflow_is_flagged(monkeypatch) -> None
     assert bool(slots.overflow) and kept.num_edges == n_close - 3 and slots.version == version
     slots.kept(batch, close)  # an eager forward grows it
     assert slots.capacity >= n_close and slots.version == version + 1
-    slots.reset()  # a new view keeps the capacity: compiled shapes outlive rebuilds
+    slots.reset(resize=False)  # a compiled forward's new view: its shape outlives rebuilds
     assert slots.capacity >= n_close and slots.overflow is None
     fewer = slots.kept(batch, (i - j).abs() <= 1)
     assert fewer.num_edges == min(slots.capacity, batch.num_edges)
+    slots.reset(resize=True)  # an eager one's: sized anew, and captured anew
+    assert slots.capacity is None and slots.version == version + 2
+    assert slots.kept(batch, (i - j).abs() <= 1).num_edges < fewer.num_edges
 
 
 def test_the_slot_count_never_equals_the_row_count() -> None:

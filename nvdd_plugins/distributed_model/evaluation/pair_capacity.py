@@ -1,6 +1,6 @@
 """Edge slots at fixed shapes: the slots a forward needs (the pairs onto owned rows, and
-within the cutoff where the model prunes the Verlet skin) first, in a capacity that only
-grows. A captured or compiled step then does the message-passing work of the pairs that
+within the cutoff where the model prunes the Verlet skin) first, in a capacity that grows
+when exceeded. A captured or compiled step then does the message-passing work of the pairs that
 count (as an eager step, which filters them, does), and a compiled forward keeps one shape
 across rebuilds."""
 
@@ -23,7 +23,8 @@ _EXTRA = 64
 class PairCapacity:
     """How many edge slots a fixed-shape forward keeps, and whether they sufficed.
 
-    Eager forwards (not captured) grow the capacity to the slots needed, with a margin; a
+    Eager forwards (not captured) grow the capacity to the slots needed, with a margin (from
+    nothing at each view but for compiled forwards, whose shape it keeps across views); a
     captured forward keeps the first `capacity` of them (stable order), filled up with
     slots that are not needed, and sets `overflow` when more were needed, so the step is
     not kept and an eager one grows the capacity (`version` changes, and the step is
@@ -35,9 +36,13 @@ class PairCapacity:
         self.version = 0
         self.overflow: torch.Tensor | None = None
 
-    def reset(self) -> None:
-        """A new view: nothing overflowed on it yet (the capacity is kept)."""
+    def reset(self, resize: bool) -> None:
+        """A new view: nothing overflowed on it yet; `resize`: size the capacity again (a
+        compiled forward keeps it, and with it its graph's shape)."""
         self.overflow = None
+        if resize:
+            self.capacity = None
+            self.version += 1
 
     def kept(self, batch: Batch, needed: torch.Tensor) -> Batch:
         """A copy of `batch` whose edges are its slots where `needed` (E,) holds, then others

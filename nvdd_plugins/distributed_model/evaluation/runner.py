@@ -87,7 +87,7 @@ class SpecRunner:
         and check the next forward."""
         self.checking = True
         self.plan = ForwardPlan.of(self.model, self.spec, self.config, cell, pbc)
-        self.edge_slots.reset()
+        self.edge_slots.reset(resize=not self.plan.compiled)
 
     def run(
         self, view: HaloView, batch: Batch, taps: FluxTaps | None = None
@@ -172,8 +172,8 @@ class SpecRunner:
         writes onto one row of `edge_index`: their slots hold the sentinel (in `batch`
         itself), or at fixed shapes (`DomainConfig.fixed_shapes`: no data-dependent
         filtering) a copy of `batch` keeps the others, and of them the pairs within the
-        cutoff when the model prunes the rest, first in a capacity (`PairCapacity`) whose
-        shape outlives rebuilds."""
+        cutoff when the model prunes the rest, first in a capacity (`PairCapacity`; compiled:
+        its shape outlives rebuilds)."""
         target_row = self.plan.target_row
         if target_row is None:
             return batch
