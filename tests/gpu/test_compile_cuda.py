@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 
-import numpy as np
 import pytest
 import torch
-from ase.md.velocitydistribution import thermalize_momenta
 from torch._dynamo.utils import counters
 
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
@@ -84,22 +83,11 @@ def test_compiled_cueq_mace_steps_equal_eager_ones() -> None:
     assert float((compiled - eager).abs().max()) < 1e-9
 
 
-def _hot(atoms_of: Callable[[], object]) -> Callable[[], Batch]:
-    """The system `atoms_of()` at 600 K (the velocities of `hot_bulk`'s seed)."""
-
-    def system() -> Batch:
-        atoms = atoms_of()
-        thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
-        return Batch.from_atoms(atoms)
-
-    return system
-
-
 def _aimnet2() -> tuple[torch.nn.Module, Callable[[], Batch], float]:
     from nvdd_plugins.models import AIMNet2Wrapper
     from tests.helpers.aimnet_models import tiny_aimnet2, with_species
 
-    system = _hot(lambda: with_species(triclinic_bulk()))
+    system = partial(hot_bulk, with_species(triclinic_bulk()))
     return AIMNet2Wrapper(tiny_aimnet2().to("cuda")), system, 0.5  # light atoms: short step
 
 

@@ -176,10 +176,10 @@ def md_integrator(name: str, model: BaseModelMixin) -> BaseDynamics:
     return on_the_oracle(langevin)
 
 
-def hot_bulk() -> Batch:
-    """`triclinic_bulk` with 600 K Maxwell-Boltzmann velocities (atoms migrate and cross
-    periodic faces within a few dozen steps)."""
-    atoms = triclinic_bulk()
+def hot_bulk(atoms: Atoms | None = None) -> Batch:
+    """`atoms` (default: `triclinic_bulk`) with 600 K Maxwell-Boltzmann velocities (atoms
+    migrate and cross periodic faces within a few dozen steps)."""
+    atoms = triclinic_bulk() if atoms is None else atoms.copy()
     thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
     return Batch.from_atoms(atoms)
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import pytest
 
 pytest.importorskip("aimnet")
 
 import torch
 from ase import Atoms
-from ase.md.velocitydistribution import thermalize_momenta
 
-from nvdd_plugins import Batch, DomainConfig, DomainParallel
+from nvdd_plugins import DomainConfig, DomainParallel
 from nvdd_plugins.ase import DomainDecomposedCalculator
 from nvdd_plugins.comm import Communicator
 from nvdd_plugins.models import BaseModelMixin
@@ -32,7 +30,7 @@ from tests.helpers.aimnet_models import (
 )
 from tests.helpers.multiprocess import run_gloo
 from tests.helpers.oracle import assert_close, errors, on_the_oracle, reference
-from tests.helpers.systems import MD_SKIN, md_integrator, triclinic_bulk
+from tests.helpers.systems import MD_SKIN, hot_bulk, md_integrator, triclinic_bulk
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.aimnet]
 
@@ -43,12 +41,6 @@ PROPERTIES = ("energy", "forces", "stress")
 
 def _atoms() -> Atoms:
     return with_species(triclinic_bulk())
-
-
-def _hot_batch() -> Batch:
-    atoms = _atoms()
-    thermalize_momenta(atoms, temperature_K=600, rng=np.random.default_rng(5))
-    return Batch.from_atoms(atoms)
 
 
 def _ase(comm: Communicator, model: BaseModelMixin, atoms: Atoms) -> dict[str, torch.Tensor]:
@@ -65,7 +57,7 @@ def _ase(comm: Communicator, model: BaseModelMixin, atoms: Atoms) -> dict[str, t
 def _trajectory(comm: Communicator, model: BaseModelMixin) -> torch.Tensor:
     config = DomainConfig(model.cutoff, MD_SKIN, comm)
     with DomainParallel(md_integrator("nve", model), config, STEPS) as dd:
-        dd.partition(_hot_batch() if comm.rank == 0 else None)
+        dd.partition(hot_bulk(_atoms()) if comm.rank == 0 else None)
         dd.run()
         return dd.gather(dd.batch).positions.detach()
 
@@ -87,7 +79,7 @@ def _references(method: str) -> tuple[dict, dict, torch.Tensor]:
     atoms = _atoms()
     wrapper, ref = lattice_case(method, atoms)
     single = reference(wrapper, atoms, PROPERTIES)
-    dynamics, batch = on_the_oracle(md_integrator("nve", wrapper)), _hot_batch()
+    dynamics, batch = on_the_oracle(md_integrator("nve", wrapper)), hot_bulk(_atoms())
     for _ in range(STEPS):
         dynamics.step(batch)
     return ref, single, batch.positions.detach()
