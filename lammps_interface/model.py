@@ -19,7 +19,12 @@ from lammps_interface.lammps_python import MLIAPUnified
 from lammps_interface.messages import abort_on_error, notify, world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import Communicator, Staging
-from nvdd_plugins.distributed_model import any_rank, non_finite_error, non_finite_kinds
+from nvdd_plugins.distributed_model import (
+    NON_FINITE,
+    agreed_status,
+    non_finite_error,
+    non_finite_kinds,
+)
 from nvdd_plugins.models import BaseModelMixin, model_dtype
 
 __all__ = ["MLIAPModel"]
@@ -242,9 +247,9 @@ class MLIAPModel(MLIAPUnified):
 
 def _check_finite(comm: Communicator, results: RowResults, rows: LocalRows) -> None:
     """Raise `NonFiniteError` on every rank when any rank's owned rows have a NaN/inf energy
-    or force (collective, every step: one all-reduce of a flag; the rows are looked at on
-    the host, and gathered, only once some rank is flagged)."""
-    if not any_rank(comm, not results.finite):
+    or force (collective, every step: the status all-reduce, after the evaluation; the rows
+    are looked at on the host, and gathered, only once some rank is flagged)."""
+    if agreed_status(comm, torch.tensor(0 if results.finite else NON_FINITE)) != NON_FINITE:
         return
     energies = torch.from_numpy(results.energies[: rows.nlocal])
     forces = torch.from_numpy(results.forces[: rows.nlocal])

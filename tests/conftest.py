@@ -70,12 +70,18 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"{took:7.1f} s of {limit:.0f} s  {nodeid}")
 
 
+@pytest.fixture(autouse=True)
+def _empty_dynamo_cache() -> None:
+    """Every test compiles from an empty dynamo cache: the graphs earlier tests compiled of
+    the same function count towards dynamo's limit of recompiles per function (8), which
+    `fullgraph=True` turns into an error, so a compiled test would pass alone and fail
+    after others (0.01 ms a test)."""
+    torch._dynamo.reset()
+
+
 @pytest.fixture
 def dynamo_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`torch.compile` as dynamo's graph capture without code generation (backend "eager"),
-    from an empty cache: the graphs earlier tests compiled count towards dynamo's limit of
-    recompiles per function, which `fullgraph=True` turns into an error."""
+    """`torch.compile` as dynamo's graph capture without code generation (backend "eager")."""
     from tests.helpers.compiling import dynamo_only_compile
 
-    torch._dynamo.reset()
     monkeypatch.setattr(torch, "compile", dynamo_only_compile(torch.compile))

@@ -14,8 +14,9 @@ from nvdd_plugins.distributed_model.evaluation.call_rules import (
 from nvdd_plugins.distributed_model.evaluation.derivatives import Leaves
 from nvdd_plugins.distributed_model.evaluation.forward_plan import require_compilable
 from nvdd_plugins.distributed_model.evaluation.health import (
+    NON_FINITE,
     NonFiniteError,
-    any_rank,
+    agreed_status,
     non_finite_error,
     non_finite_kinds,
 )
@@ -30,6 +31,7 @@ from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
+    "NON_FINITE",
     "REBIND_RULE",
     "SENTINEL_RULE",
     "CallKind",
@@ -46,7 +48,7 @@ __all__ = [
     "StaleTargets",
     "ThickShell",
     "ViewRows",
-    "any_rank",
+    "agreed_status",
     "has_rows",
     "is_opaque",
     "non_finite_error",

@@ -64,3 +64,23 @@ def test_the_slot_count_never_equals_the_row_count() -> None:
     slots.capacity = 12  # sized already: 12 needed slots do not grow it
     kept = slots.kept(batch, torch.arange(batch.num_edges) < 12)
     assert kept.num_nodes == 12 and kept.num_edges == 13
+
+
+def test_an_overflow_is_part_of_the_status_word() -> None:
+    """A captured step whose forward needed more edge slots than it kept is dropped: the
+    overflow is folded into the step's one status word (`REBUILD`), as a stale view is."""
+    from nvdd_plugins.distributed_model import OneProcessEvaluator
+    from nvdd_plugins.distributed_model.evaluation.health import REBUILD
+    from tests.helpers.systems import hot_bulk, lj_model
+
+    evaluator = OneProcessEvaluator(lj_model(), skin=0.5)
+    batch = hot_bulk()
+    evaluator(batch)
+    engine = evaluator.engine
+    assert engine is not None
+    slots = engine.engine.runner.edge_slots
+    slots.overflow = torch.tensor(False)
+    assert not bool(evaluator.stale_for(batch))
+    slots.overflow = torch.tensor(True)
+    assert bool(evaluator.stale_for(batch))
+    assert float(engine.status(engine.owned_rows(batch))) == REBUILD

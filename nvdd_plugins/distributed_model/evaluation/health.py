@@ -14,12 +14,11 @@ __all__ = [
     "NON_FINITE",
     "REBUILD",
     "NonFiniteError",
+    "agreed_status",
     "any_non_finite",
-    "any_rank",
     "non_finite_error",
     "non_finite_kinds",
     "non_finite_report",
-    "rebuild_status",
 ]
 
 REBUILD = 1
@@ -48,15 +47,11 @@ def any_non_finite(
     return ~torch.isfinite(total)
 
 
-def rebuild_status(comm: Communicator, word: torch.Tensor) -> int:
+def agreed_status(comm: Communicator, word: torch.Tensor) -> int:
     """Collective: the largest of the ranks' 0-d status words (`NON_FINITE`, `REBUILD` or
-    0; a bool is `REBUILD` or 0). The one host synchronisation is the answer."""
+    0; a bool is `REBUILD` or 0), the one all-reduce by which every way in decides a step's
+    rebuild or non-finite stop. The one host synchronisation is the answer."""
     return int(comm.all_reduce(word.to(torch.float32).reshape(1), "max")[0])
-
-
-def any_rank(comm: Communicator, flag: bool) -> bool:
-    """Collective: whether `flag` is up on any rank (one all-reduce)."""
-    return bool(comm.all_reduce(torch.tensor([float(flag)]), "max")[0])
 
 
 def non_finite_kinds(

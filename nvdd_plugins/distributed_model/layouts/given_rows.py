@@ -16,7 +16,7 @@ from nvdd_plugins.comm import Communicator, HaloPlan
 from nvdd_plugins.config import DomainConfig
 from nvdd_plugins.distributed_model.evaluation.derivatives import Wanted
 from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
-from nvdd_plugins.distributed_model.evaluation.health import REBUILD, rebuild_status
+from nvdd_plugins.distributed_model.evaluation.health import REBUILD, agreed_status
 from nvdd_plugins.distributed_model.evaluation.results import PartialRows
 from nvdd_plugins.distributed_model.evaluation.shells import Shell, ThickShell
 from nvdd_plugins.distributed_model.rows.view import HaloView
@@ -116,7 +116,7 @@ class GivenRowsModel:
             return HaloPlan(n_owned, ids.shape[0], *(nothing,) * 4)
         # compared where the ids are (no host pass over them at each step)
         layout = torch.cat([ids.new_tensor([n_owned]), ids]).long()
-        if rebuild_status(self.comm, self.verlet.stale(None, ids=layout)) == REBUILD:
+        if agreed_status(self.comm, self.verlet.stale(None, ids=layout)) == REBUILD:
             self._plan = HaloPlan.from_global_ids(self.comm, ids[:n_owned], ids[n_owned:])
             self.verlet.record(None, ids=layout)
             # as after a DomainParallel rebuild, the next forward is checked and its plan

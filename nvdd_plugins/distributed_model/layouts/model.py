@@ -19,10 +19,10 @@ from nvdd_plugins.distributed_model.evaluation.engine import HaloEngine
 from nvdd_plugins.distributed_model.evaluation.health import (
     NON_FINITE,
     REBUILD,
+    agreed_status,
     any_non_finite,
     non_finite_error,
     non_finite_kinds,
-    rebuild_status,
 )
 from nvdd_plugins.distributed_model.evaluation.results import OwnedRows, Placement
 from nvdd_plugins.distributed_model.rows.domain import HaloDomain
@@ -144,16 +144,21 @@ class SubdomainModel(nn.Module):
         """This rank's status word (0-d float32 on the device, no host synchronisation):
         `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
         per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
-        them (an atom moved more than the threshold, the cell changed), else 0. Ranks agree
-        on the largest (`rebuild_status`); a captured step is kept only where it is 0."""
+        them (an atom moved more than the threshold, the cell changed) or the last forward
+        needed more edge slots than a captured one keeps (`PairCapacity.overflow`), else 0.
+        Ranks agree on the largest (`agreed_status`); a captured step is kept only where
+        it is 0."""
         energy, *per_atom = last
         positions = owned.positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        stale = self.domain.verlet.stale(positions, owned.cell[0]).to(torch.float32)
-        return torch.where(non_finite, float(NON_FINITE), stale)
+        stale = self.domain.verlet.stale(positions, owned.cell[0])
+        overflow = self.engine.runner.edge_slots.overflow
+        if overflow is not None:
+            stale = stale | overflow
+        return torch.where(non_finite, float(NON_FINITE), stale.to(torch.float32))
 
     def _rebuild_needed(self, owned: Batch) -> bool:
-        status = rebuild_status(self.comm, self.status(owned, self._last_results))
+        status = agreed_status(self.comm, self.status(owned, self._last_results))
         if status == NON_FINITE:
             _, forces, energies = self._last_results
             kinds = non_finite_kinds(energies, forces, owned.positions.detach())
@@ -206,15 +211,10 @@ class SubdomainModel(nn.Module):
         return self._graphs_required
 
     def stale_for(self, batch: Batch) -> torch.Tensor:
-        """0-d bool on the device, no host synchronisation: `batch`'s owned rows need a
-        rebuild (an atom moved more than the threshold, the cell changed) or are not
-        finite, or the last evaluation had more pairs within the cutoff than their
-        capacity. One rank only: a mesh would all-reduce it."""
-        stale = self.status(self.owned_rows(batch)) != 0
-        overflow = self.engine.runner.edge_slots.overflow
-        if overflow is not None:
-            stale = stale | overflow
-        return stale
+        """0-d bool on the device, no host synchronisation: this rank's `status` word of
+        `batch`'s owned rows is not 0 (a captured step's result is then dropped). One rank
+        only: a mesh would all-reduce it."""
+        return self.status(self.owned_rows(batch)) != 0
 
     def evaluate_fixed(
         self, batch: Batch, properties: Iterable[str] = _DEFAULT_PROPERTIES
