@@ -49,7 +49,8 @@ __all__ = [
 
 TIMEOUT_ENV = "NVDD_COLLECTIVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 300.0
-_ANSWER_WAIT_S = 3.0  # how long a reporting rank waits for its peers' answers
+_ANSWER_WAIT_S = 10.0  # how long a reporting rank waits for its peers' answers (a loaded
+# machine may take seconds to schedule a peer's watchdog thread; a stall has waited minutes)
 _DEFER_S = 20.0  # how long a rank leaves a lower rank to report and end the job
 _OFF = ("0", "off", "none", "inf")
 _UNSET = object()
