@@ -36,7 +36,7 @@ from nvdd_plugins.distributed_model.evaluation.pair_capacity import PairCapacity
 from nvdd_plugins.distributed_model.evaluation.results import check_energies
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.errors import DistributionRuleError
-from nvdd_plugins.models import BaseModelMixin
+from nvdd_plugins.models import BaseModelMixin, edge_vectors
 from nvdd_plugins.spec import (
     MeshRanks,
     MLIPSpec,
@@ -175,19 +175,16 @@ class SpecRunner:
         cutoff when the model prunes the rest, first in a capacity (`PairCapacity`; compiled:
         its shape outlives rebuilds)."""
         target_row = self.plan.target_row
-        if target_row is None:
+        eager_without_ghosts = not self.config.fixed_shapes and ctx.n_owned == ctx.n_rows
+        if target_row is None or eager_without_ghosts:
             return batch
         edge_index = batch.edge_index
         into_owned = edge_index[target_row] < ctx.n_owned
         if not self.config.fixed_shapes:
-            if ctx.n_owned < ctx.n_rows:
-                batch.edge_index = torch.where(into_owned, edge_index, ctx.n_rows)
+            batch.edge_index = torch.where(into_owned, edge_index, ctx.n_rows)
             return batch
         if self._prunes:
-            i, j = edge_index
-            x = batch.positions.detach()
-            distance = (x[j] - x[i] + batch.shifts.detach()).norm(dim=-1)
-            into_owned = into_owned & (distance < self.model.cutoff)
+            into_owned = into_owned & (edge_vectors(batch).norm(dim=-1) < self.model.cutoff)
         return self.edge_slots.kept(batch, into_owned)
 
     def _eager_forward(
