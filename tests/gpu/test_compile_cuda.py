@@ -53,7 +53,6 @@ def _run(
 
 @pytest.mark.parametrize("graphs", [False, True])
 def test_compiled_steps_equal_eager_ones(graphs: bool) -> None:
-    torch._dynamo.reset()
     model = lj_model().to("cuda")
     eager, _, eager_rebuilds, _ = _run(model, False, False)
     compiled, new_graphs, rebuilds, captures = _run(model, True, graphs)
@@ -74,7 +73,6 @@ def test_compiled_cueq_mace_steps_equal_eager_ones() -> None:
     from nvdd_plugins.models import MACEWrapper
     from tests.helpers.mace_models import tiny_mace
 
-    torch._dynamo.reset()
     model = MACEWrapper(tiny_mace().to("cuda"), cuequivariance=True)
     eager, _, eager_rebuilds, _ = _run(model, False, False)
     compiled, new_graphs, rebuilds, _ = _run(model, True, True)
@@ -105,7 +103,6 @@ def test_compiled_wrapper_steps_equal_eager_ones(
     """AIMNet2 and UMA: compiled with CUDA graphs, as a GPU user runs them."""
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"needs {package}")
-    torch._dynamo.reset()
     model, system, dt_fs = build()
     eager, _, eager_rebuilds, _ = _run(model, False, False, system, dt_fs)
     compiled, new_graphs, rebuilds, captures = _run(model, True, True, system, dt_fs)

@@ -33,7 +33,6 @@ def _forward(x: torch.Tensor, handled: bool) -> torch.Tensor:
 
 @pytest.mark.parametrize("handled", [True, False])
 def test_marks_reach_the_mode_in_compiled_code(handled: bool) -> None:
-    torch._dynamo.reset()
     x = torch.arange(4.0)
     eager = _forward(x, handled)
     assert torch.equal(eager, 2 * x + 3 * (x + 1) + 5 * (2 * x))
