@@ -241,10 +241,10 @@ def balance_channels_over_ranks(
 
 def _edges_per_graph(n_edges: int, n_graphs: int, device: torch.device) -> torch.Tensor:
     """Edge counts fairchem repeats each system's cell by (batched input): any split works
-    since every cell is the unit matrix, so all edges are counted on the first system."""
-    counts = torch.zeros(n_graphs, dtype=torch.long, device=device)
-    counts[0] = n_edges
-    return counts
+    since every cell is the unit matrix, so all edges are counted on the first system.
+    Written on the device (no host-to-device copy, which a CUDA graph capture refuses)."""
+    first = torch.arange(n_graphs, device=device) == 0
+    return first.long() * n_edges
 
 
 def _require_supported(backbone: nn.Module) -> None:

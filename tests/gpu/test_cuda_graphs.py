@@ -1,5 +1,5 @@
 """NVE steps replayed from a captured CUDA graph equal the eager steps at the same fixed
-shapes, across neighbour-list rebuilds, for LJ, e3nn MACE and cuEquivariance MACE (float64),
+shapes, across neighbour-list rebuilds, for LJ, e3nn MACE, cuEquivariance MACE and UMA (float64),
 and so do Langevin steps (noise from a device step counter), under `DomainParallel` at one
 rank and in one process (the integrator's own engine). Equal to rounding, not bit for bit:
 scatters into atom rows use atomics on the GPU, whose summation order varies from run to run
@@ -46,12 +46,24 @@ def _mace(cueq: bool) -> BaseModelMixin:
     return MACEWrapper(tiny_mace().to("cuda"), cuequivariance=cueq)
 
 
+def _uma() -> BaseModelMixin:
+    from nvdd_plugins.models import UMAWrapper
+    from tests.helpers.uma_models import TASK, tiny_uma
+
+    return UMAWrapper(tiny_uma().to("cuda"), task_name=TASK)
+
+
 MODELS: dict[str, Callable[[], BaseModelMixin]] = {
     "lj": lambda: lj_model().to("cuda"),
     "mace_e3nn": lambda: _mace(False),
     "mace_cueq": lambda: _mace(True),
+    "uma": _uma,
 }
-NEEDS = {"mace_e3nn": ("mace",), "mace_cueq": ("mace", "cuequivariance_torch")}
+NEEDS = {
+    "mace_e3nn": ("mace",),
+    "mace_cueq": ("mace", "cuequivariance_torch"),
+    "uma": ("fairchem",),
+}
 
 
 def _system(name: str) -> Batch:
