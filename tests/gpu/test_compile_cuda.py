@@ -90,10 +90,9 @@ def _aimnet2() -> tuple[torch.nn.Module, Callable[[], Batch], float]:
 
 
 def _uma() -> tuple[torch.nn.Module, Callable[[], Batch], float]:
-    from nvdd_plugins.models import UMAWrapper
-    from tests.helpers.uma_models import TASK, tiny_uma
+    from tests.helpers.uma_models import tiny_uma_wrapper
 
-    return UMAWrapper(tiny_uma().to("cuda"), task_name=TASK), hot_bulk, DT_FS
+    return tiny_uma_wrapper().to("cuda"), hot_bulk, DT_FS
 
 
 @pytest.mark.parametrize(("package", "build"), [("aimnet", _aimnet2), ("fairchem", _uma)])

@@ -47,10 +47,9 @@ def _mace(cueq: bool) -> BaseModelMixin:
 
 
 def _uma() -> BaseModelMixin:
-    from nvdd_plugins.models import UMAWrapper
-    from tests.helpers.uma_models import TASK, tiny_uma
+    from tests.helpers.uma_models import tiny_uma_wrapper
 
-    return UMAWrapper(tiny_uma().to("cuda"), task_name=TASK)
+    return tiny_uma_wrapper().to("cuda")
 
 
 MODELS: dict[str, Callable[[], BaseModelMixin]] = {
