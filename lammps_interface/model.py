@@ -35,7 +35,7 @@ FORMAT_VERSION = 2
 it are 1 (the releases before), which load with their runtime fields set afresh."""
 _PERSISTENT = ("model", "dtype", "n_layers", "_numbers", "element_types", "rcutfac")
 # fields newer than format 1, with what older files mean
-_ADDED_SINCE_1 = {"device": None, "cuda_graphs": False}
+_ADDED_SINCE_1 = {"device": None, "cuda_graphs": False}  # format 1 had no graphs
 _REGENERATE = (
     "write it again with this release: `python -m lammps_interface ... -o FILE` or "
     "`MLIAPModel(model, elements).pickle(FILE)`"
@@ -84,9 +84,9 @@ class MLIAPModel(MLIAPUnified):
             a CPU machine runs on a GPU one (the file holds the model on the CPU).
         cuda_graphs: replay the model call from a captured CUDA graph between rebuilds in
             halo mode on a GPU with one LAMMPS rank (exchanges between ranks run through MPI
-            on the host, which a graph cannot hold): "auto" while the replays pay, as
-            `DomainParallel` does; True always (an error where it cannot); False (default:
-            the replays are exact on a GPU but not yet timed against eager calls).
+            on the host, which a graph cannot hold): "auto" (default) while the replays pay,
+            as `DomainParallel` does, and eager calls where they cannot replay; True always
+            (an error where it cannot); False never.
     """
 
     def __init__(
@@ -96,7 +96,7 @@ class MLIAPModel(MLIAPUnified):
         dtype: torch.dtype | None = None,
         n_layers: int | None = None,
         device: DeviceRequest = None,
-        cuda_graphs: bool | str = False,
+        cuda_graphs: bool | str = "auto",
     ) -> None:
         unknown = [e for e in element_types if e not in atomic_numbers]
         if not (isinstance(cuda_graphs, bool) or cuda_graphs == "auto"):
