@@ -131,8 +131,8 @@ def section_times(device: torch.device) -> Iterator[dict[str, list[float]]]:
         (LocalRows, "from_data", "rows to GPU"),
         (HaloBridge, "evaluate", "halo evaluate"),
         (ReplayedCalls, "__call__", "model via graphs (replay or capture)"),
-        (GivenRowsModel, "__call__", "eager model + exchange"),
-        (GivenRowsModel, "view", "padded view + plan"),
+        (GivenRowsModel, "evaluate_fixed", "eager model + exchange"),
+        (GivenRowsModel, "prepare", "padded view + plan"),
     ]
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patched]
 

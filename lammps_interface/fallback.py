@@ -20,7 +20,7 @@ from scipy.sparse.csgraph import connected_components
 from lammps_interface.messages import notify, world
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
-from nvdd_plugins.distributed_model import GivenRowsModel, ThickShell
+from nvdd_plugins.distributed_model import PAIR_GRADIENTS, GivenRows, GivenRowsModel, ThickShell
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["RedundantBridge", "positions_from_pairs"]
@@ -98,13 +98,13 @@ class RedundantBridge:
         positions = self.staging.to_device("positions", host_positions).to(self.dtype)
         layout = self._layout_for(rows)
         ids = torch.arange(rows.ntotal, device=positions.device)
-        view = layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         no_cell = positions.new_zeros(1, 3, 3)
-        out = layout(view, positions, no_cell, pair_gradients=pair_forces)
+        wanted = ("energy", "energies", "forces") + ((PAIR_GRADIENTS,) if pair_forces else ())
+        out = layout(GivenRows(rows.nlocal, positions, rows.numbers, ids, no_cell, edges), wanted)
         per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
         per_pair = None
         if pair_forces:
-            gradients = out["pair_gradients"][: edges.shape[1]].double()
+            gradients = out[PAIR_GRADIENTS][: edges.shape[1]].double()
             per_pair = rows.pair_forces(gradients, ghost_pairs=True)
         return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
 

@@ -24,8 +24,6 @@ device); an exchange through MPI runs on the host, which a graph cannot hold.
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from lammps_interface.handle import read_atoms, require_metal_units
@@ -33,12 +31,14 @@ from lammps_interface.lammps_python import lammps
 from lammps_interface.messages import notify
 from lammps_interface.rows import LocalRows, RowResults
 from nvdd_plugins.comm import LocalCommunicator, MPICommunicator, Staging
-from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.distributed_model import PAIR_GRADIENTS, GivenRows, GivenRowsModel
 from nvdd_plugins.dynamics import CudaStepGraph, ReplayedCalls
 from nvdd_plugins.geometry import build_neighbor_list
 from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["EAGER_CALLS", "VERLET_SKIN", "HaloBridge"]
+
+_PER_ROW = ("energy", "energies", "forces")
 
 VERLET_SKIN = 0.5
 """Skin (Å) of the pair list the bridge keeps between rebuilds; a matter of speed only
@@ -127,24 +127,26 @@ class HaloBridge:
             self._require_every_pair(rows, exact)
         positions = exact.to(self.dtype)
         ids = self.staging.to_device("ids", atoms.ids).long()
-        view = self.layout.view(rows.nlocal, positions, rows.numbers, ids, edges)
         cell = torch.from_numpy(atoms.cell).to(positions.device, self.dtype).unsqueeze(0)
+        given = self.layout.prepare(
+            GivenRows(rows.nlocal, positions, rows.numbers, ids, cell, edges)
+        )
         if edges is not None:
-            out = self.layout(view, positions, cell, pair_gradients=True)
+            out = self.layout.evaluate_fixed(given, (*_PER_ROW, PAIR_GRADIENTS))
             per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-            gradients = out["pair_gradients"][: edges.shape[1]].double()
+            gradients = out[PAIR_GRADIENTS][: edges.shape[1]].double()
             per_pair = rows.pair_forces(gradients, ghost_pairs=False)
             return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
 
         def per_row() -> tuple[torch.Tensor, torch.Tensor | None]:
-            out = self.layout(view, positions, cell)
+            out = self.layout.evaluate_fixed(given, _PER_ROW)
             values = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
             return values, self.layout.overflowed()
 
         replayed = None
         if self.graphs is not None:
-            inputs, key = (positions, cell), partial(self.layout.replay_key, view)
-            replayed = self.graphs(key, inputs, per_row, self.graphs_required)
+            inputs = (positions, cell)
+            replayed = self.graphs(self.layout.replay_key, inputs, per_row, self.graphs_required)
         if replayed is None:
             replayed = per_row()[0]
         return RowResults.from_device(replayed, rows.nlocal, self.staging)

@@ -23,21 +23,24 @@ from nvdd_plugins.distributed_model.evaluation.health import (
 from nvdd_plugins.distributed_model.evaluation.interception import REBIND_RULE, SENTINEL_RULE
 from nvdd_plugins.distributed_model.evaluation.shells import ThickShell
 from nvdd_plugins.distributed_model.layouts.chunked import ChunkedEvaluator
-from nvdd_plugins.distributed_model.layouts.given_rows import GivenRowsModel
+from nvdd_plugins.distributed_model.layouts.given_rows import PAIR_GRADIENTS, GivenRowsModel
 from nvdd_plugins.distributed_model.layouts.model import DistributedModel
 from nvdd_plugins.distributed_model.layouts.one_process import OneProcessEvaluator
 from nvdd_plugins.distributed_model.layouts.replicated import ReplicatedModel
+from nvdd_plugins.distributed_model.rows.given import GivenRows
 from nvdd_plugins.distributed_model.rows.view import HaloView
 from nvdd_plugins.distributed_model.rows.view_build import Padding, ViewRows, padded_view
 
 __all__ = [
     "NON_FINITE",
+    "PAIR_GRADIENTS",
     "REBIND_RULE",
     "SENTINEL_RULE",
     "CallKind",
     "CallRules",
     "ChunkedEvaluator",
     "DistributedModel",
+    "GivenRows",
     "GivenRowsModel",
     "HaloView",
     "Leaves",

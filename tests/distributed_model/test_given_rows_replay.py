@@ -9,7 +9,7 @@ import torch
 
 from nvdd_plugins import Batch
 from nvdd_plugins.comm import LocalCommunicator
-from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.distributed_model import GivenRows, GivenRowsModel
 from nvdd_plugins.models import ModelConfig, NeighborConfig, without_host_checks
 from nvdd_plugins.spec import SPEC_MPNN_HALO, DistributionSpec, MLIPSpec
 from tests.helpers.systems import ShiftPairModel, cluster
@@ -55,9 +55,8 @@ def test_outgrown_edge_slots_flag_the_call_and_change_the_replay_key() -> None:
     layout = GivenRowsModel(
         _PrunedPairs(), LocalCommunicator(), padding_species=18, skin=0.5, fixed_shapes=True
     )
-    view = layout.view(len(atoms), positions, numbers, ids)
-    layout(view, positions, cell)  # eager: sizes the capacity
-    key = layout.replay_key(view)
+    layout(GivenRows(len(atoms), positions, numbers, ids, cell))  # eager: sizes the capacity
+    view, key = layout.domain.view, layout.replay_key()
     assert not bool(layout.overflowed())
 
     # atoms drawn together within half the skin: more pairs within the cutoff, same view
@@ -65,15 +64,16 @@ def test_outgrown_edge_slots_flag_the_call_and_change_the_replay_key() -> None:
     closer = centre + (positions - centre) * (
         1 - 0.2 / float((positions - centre).norm(dim=1).max())
     )
-    assert layout.view(len(atoms), closer, numbers, ids) is view
+    rows = layout.prepare(GivenRows(len(atoms), closer, numbers, ids, cell))
+    assert layout.domain.view is view
     slots = layout.engine.runner.edge_slots
     i, j = view.edge_index[:, view.edge_index[1] < view.n_local]
     slots.capacity = int(((closer[i] - closer[j]).norm(dim=1) < CUTOFF).sum()) - 1
     with without_host_checks():  # as a replay runs it: no resizing
-        layout(view, closer, cell)
-    assert bool(layout.overflowed()) and layout.replay_key(view) == key
-    grown = layout(view, closer, cell)  # the eager call the flag asks for
-    assert not bool(layout.overflowed()) and layout.replay_key(view) != key
+        layout.evaluate_fixed(rows)
+    assert bool(layout.overflowed()) and layout.replay_key() == key
+    grown = layout.evaluate_fixed(rows)  # the eager call the flag asks for
+    assert not bool(layout.overflowed()) and layout.replay_key() != key
     plain = GivenRowsModel(_PrunedPairs(), LocalCommunicator(), padding_species=18, skin=0.5)
-    at_closer = plain(plain.view(len(atoms), closer, numbers, ids), closer, cell)
+    at_closer = plain(GivenRows(len(atoms), closer, numbers, ids, cell))
     torch.testing.assert_close(grown["energy"], at_closer["energy"], rtol=1e-13, atol=0)

@@ -12,7 +12,14 @@ from ase import Atoms
 from nvdd_plugins import Batch, DomainConfig, ReplicatedModel
 from nvdd_plugins.comm import HaloPlan, run_simulated
 from nvdd_plugins.config import StrategyKind
-from nvdd_plugins.distributed_model import GivenRowsModel, HaloView, Padding, ViewRows, padded_view
+from nvdd_plugins.distributed_model import (
+    GivenRows,
+    GivenRowsModel,
+    HaloView,
+    Padding,
+    ViewRows,
+    padded_view,
+)
 from tests.helpers.oracle import properties_for, reference, requested
 from tests.helpers.systems import lj_model
 
@@ -63,7 +70,9 @@ def test_given_rows_view_is_padded_alike() -> None:
         batch = Batch.from_atoms(_lone_atom())
         pairs = torch.empty(2, 0, dtype=torch.long)
         layout = GivenRowsModel(lj_model(), comm, padding_species=18)
-        return layout.view(1, batch.positions, batch.atomic_numbers, torch.arange(1), pairs)
+        ids = torch.arange(1)
+        layout.prepare(GivenRows(1, batch.positions, batch.atomic_numbers, ids, batch.cell, pairs))
+        return layout.domain.view
 
     view = run_simulated(1, fn)[0]
     assert view.n_rows not in (1, view.edge_index.shape[1])  # capacities may grow beyond 2

@@ -8,7 +8,7 @@ import torch
 
 from nvdd_plugins import Batch, DistributedModel, DomainConfig
 from nvdd_plugins.comm import run_simulated, sum_ghosts_into_owners
-from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.distributed_model import GivenRows, GivenRowsModel
 from tests.helpers.oracle import FORCES_TOL, STRESS_TOL, reference
 from tests.helpers.systems import SYSTEMS, ShiftPairModel, lj_model, mpnn_model
 
@@ -32,8 +32,8 @@ def _lammps_like(comm, model, atoms):
     pairs = built.edge_index[:, built.edge_index[0] < built.n_rows]
     layout = GivenRowsModel(model, comm, padding_species=18)
     numbers = built.atomic_numbers[: built.n_local]
-    view = layout.view(built.n_owned, positions, numbers, global_ids, pairs)
-    result = layout(view, positions, owned.cell)
+    result = layout(GivenRows(built.n_owned, positions, numbers, global_ids, owned.cell, pairs))
+    view = layout.domain.view
     rows_forces = result["forces"]
     virial = comm.all_reduce((positions.unsqueeze(-1) * rows_forces.unsqueeze(-2)).sum(0))
     padded = torch.cat([rows_forces, rows_forces.new_zeros(view.n_rows - view.n_local, 3)])
@@ -76,8 +76,8 @@ def _listed_steps(comm, model, atoms, moves):
     for move in moves:
         moved = owned.positions + move[ids]
         positions = built.positions(moved, owned.cell[0], comm)[: built.n_local]
-        view = layout.view(built.n_owned, positions, numbers, global_ids)
-        result = layout(view, positions, owned.cell)
+        result = layout(GivenRows(built.n_owned, positions, numbers, global_ids, owned.cell))
+        view = layout.domain.view
         padded = torch.cat(
             [result["forces"], result["forces"].new_zeros(view.n_rows - view.n_local, 3)]
         )
@@ -124,7 +124,8 @@ def _padded_row_counts(comm, ghost_counts):
         positions = 20.0 * torch.rand(n_local, 3, generator=generator, dtype=torch.float64)
         ids = torch.cat([torch.arange(n_owned), torch.arange(n_ghost) % n_owned])
         numbers = torch.full((n_local,), 18)
-        counts.append(layout.view(n_owned, positions, numbers, ids).n_rows)
+        layout.prepare(GivenRows(n_owned, positions, numbers, ids, torch.zeros(1, 3, 3)))
+        counts.append(layout.domain.view.n_rows)
     return counts
 
 
@@ -148,8 +149,8 @@ def _given_rows_steps(comm, model, atoms, splits):
         mine = (positions[:, 0] < split) == (comm.rank == 0)
         ids = torch.cat([mine.nonzero()[:, 0], (~mine).nonzero()[:, 0]])
         n_owned = int(mine.sum())
-        view = layout.view(n_owned, positions[ids], numbers[ids], ids)
-        result = layout(view, positions[ids], torch.zeros(1, 3, 3, dtype=positions.dtype))
+        no_cell = torch.zeros(1, 3, 3, dtype=positions.dtype)
+        result = layout(GivenRows(n_owned, positions[ids], numbers[ids], ids, no_cell))
         steps.append((ids, result["forces"], comm.all_reduce(result["energy"], "sum")))
     return steps
 
@@ -177,7 +178,7 @@ def test_a_rank_whose_atoms_all_leave_keeps_computing_exactly() -> None:
 
 
 def test_a_steady_call_issues_one_all_reduce_the_layout_check() -> None:
-    """Between layout changes a call all-reduces only the layout status: LAMMPS sums the
+    """Between layout changes a call all-reduces only the step's status: LAMMPS sums the
     energies over ranks itself, so the engine's energy all-reduce would be one collective
     per step more than `DomainParallel`'s step."""
     model, atoms = lj_model(), SYSTEMS["bulk"]()
@@ -199,8 +200,8 @@ def test_a_steady_call_issues_one_all_reduce_the_layout_check() -> None:
         counts = []
         for _ in range(3):
             calls.clear()
-            view = layout.view(int(mine.sum()), rows, numbers, ids)
-            layout(view, rows, torch.zeros(1, 3, 3, dtype=torch.float64))
+            no_cell = torch.zeros(1, 3, 3, dtype=torch.float64)
+            layout(GivenRows(int(mine.sum()), rows, numbers, ids, no_cell))
             counts.append(len(calls))
         return counts
 

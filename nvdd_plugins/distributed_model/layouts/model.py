@@ -41,7 +41,9 @@ class SubdomainModel(nn.Module):
     (rebuild needed, NaN), one rebuild of the view (`domain`), the ghost positions
     refreshed, the engine's evaluation and its results placed (`placement`). Layouts differ
     only in their row source (`owned_rows`, `moved_rows`: which atoms a rank holds, how
-    they move at a rebuild) and placement (`DistributedModel`, `ReplicatedModel`).
+    they move at a rebuild; `view_stale`, `ghost_rows`: when its view goes stale, where
+    ghost positions come from) and placement (`DistributedModel`, `ReplicatedModel`,
+    `GivenRowsModel`, which `adopt` an engine and a domain of their own).
 
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
@@ -72,11 +74,10 @@ class SubdomainModel(nn.Module):
         }
         self._graphs_required = config.cuda_graphs is True
         config = _with_model_ghosts(config.with_graphs_resolved(needs, _on_cuda(model)), neighbors)
-        self.engine = HaloEngine(model, config, self.comm)
-        self.config = config
-        self.model = self.engine.model  # a submodule, so .to() and state_dict() reach it
-        width, chunked = self.engine.shell.halo_width(config), self.engine.chunks is not None
-        self.domain: HaloDomain | GraphDomain = (
+        engine = HaloEngine(model, config, self.comm)
+        width, chunked = engine.shell.halo_width(config), engine.chunks is not None
+        self.adopt(
+            engine,
             GraphDomain(self.comm, config)
             if config.strategy is StrategyKind.GRAPH_PARTITION
             else HaloDomain(
@@ -85,8 +86,15 @@ class SubdomainModel(nn.Module):
                 width,
                 list_pairs=not chunked,  # chunks list theirs
                 ghost_pair_cutoff=neighbors.ghost_pair_cutoff if neighbors else None,
-            )
+            ),
         )
+
+    def adopt(self, engine: HaloEngine, domain: Any) -> None:
+        """Take the step's parts: the engine and the row source's views (`domain`), with
+        results placed on the owned rows until a layout says otherwise."""
+        self.engine, self.domain = engine, domain
+        self.comm, self.config = engine.comm, engine.config
+        self.model = engine.model  # a submodule, so .to() and state_dict() reach it
         # energy, forces and per-atom energies of the last `forward`, checked for NaN/inf at
         # the next step; forgotten when the owned rows change other than by that step
         self._last_results: tuple[torch.Tensor | None, ...] = _NO_RESULTS
@@ -144,18 +152,32 @@ class SubdomainModel(nn.Module):
         """This rank's status word (0-d float32 on the device, no host synchronisation):
         `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
         per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
-        them (an atom moved more than the threshold, the cell changed) or the last forward
+        them (`view_stale`) or the last forward
         needed more edge slots than a captured one keeps (`PairCapacity.overflow`), else 0.
         Ranks agree on the largest (`agreed_status`); a captured step is kept only where
         it is 0."""
         energy, *per_atom = last
         positions = owned.positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
-        stale = self.domain.verlet.stale(positions, owned.cell[0])
+        stale = self.view_stale(owned)
         overflow = self.engine.runner.edge_slots.overflow
         if overflow is not None:
             stale = stale | overflow
         return torch.where(non_finite, float(NON_FINITE), stale.to(torch.float32))
+
+    def view_stale(self, owned: Batch) -> torch.Tensor:
+        """0-d bool on the device: the view may miss a pair of `owned` within the cutoff (an
+        atom moved more than the threshold, the cell changed)."""
+        return self.domain.verlet.stale(owned.positions.detach(), owned.cell[0])
+
+    def ghost_rows(self, view: HaloView, leaf: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """Every row's position from the owned ones (`leaf`): ghosts from their owners
+        through `copy_to_ghosts`, so gradients reaching ghosts flow back to them."""
+        return view.positions(leaf, cell, self.comm)
+
+    def wanted(self, properties: Iterable[str]) -> Wanted:
+        """What of `properties` the engine derives by autograd (`Wanted.of`)."""
+        return Wanted.of(self.engine.model, properties)
 
     def _rebuild_needed(self, owned: Batch) -> bool:
         status = agreed_status(self.comm, self.status(owned, self._last_results))
@@ -184,13 +206,13 @@ class SubdomainModel(nn.Module):
         return self.domain.rebuilds
 
     def _evaluate(self, owned: Batch, properties: Iterable[str]) -> dict[str, torch.Tensor]:
-        """The model on the current view, whose owned rows are `owned`'s atoms; ghost
-        positions come from their owners through `copy_to_ghosts`."""
+        """The model on the current view, whose owned rows are `owned`'s atoms (`ghost_rows`
+        gives every row's position)."""
         view = self.domain.view
-        wanted = Wanted.of(self.engine.model, properties)
+        wanted = self.wanted(properties)
         leaf = owned.positions.detach().requires_grad_(wanted.forces or wanted.heat_flux)
         with torch.enable_grad():
-            rows = view.positions(leaf, owned.cell[0].detach(), self.comm)
+            rows = self.ghost_rows(view, leaf, owned.cell[0].detach())
         with computing(self.comm, leaf.device), asking_for(properties):
             cell, pbc = owned.cell, owned.pbc
             return self.engine.evaluate(view, leaf, rows, cell, pbc, wanted, self.placement)
