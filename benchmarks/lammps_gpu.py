@@ -52,6 +52,7 @@ from lammps_interface.rows import LocalRows
 from nvdd_plugins import Batch, DomainConfig, DomainParallel
 from nvdd_plugins.comm import LocalCommunicator
 from nvdd_plugins.distributed_model import GivenRowsModel
+from nvdd_plugins.distributed_model.layouts.model import SubdomainModel
 from nvdd_plugins.dynamics import NVE, ReplayedCalls
 from nvdd_plugins.models import MACEWrapper
 
@@ -131,7 +132,7 @@ def section_times(device: torch.device) -> Iterator[dict[str, list[float]]]:
         (LocalRows, "from_data", "rows to GPU"),
         (HaloBridge, "evaluate", "halo evaluate"),
         (ReplayedCalls, "__call__", "model via graphs (replay or capture)"),
-        (GivenRowsModel, "evaluate_fixed", "eager model + exchange"),
+        (SubdomainModel, "evaluate_fixed", "eager model + exchange"),
         (GivenRowsModel, "prepare", "padded view + plan"),
     ]
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patched]
