@@ -207,3 +207,25 @@ def test_a_steady_call_issues_one_all_reduce_the_layout_check() -> None:
 
     for counts in run_simulated(2, all_reduces_per_call):
         assert counts[1:] == [1, 1], counts
+
+
+def test_a_row_that_moves_on_one_rank_rebuilds_every_rank() -> None:
+    """The listed pairs of one rank going stale rebuild every rank's view (the step's status
+    all-reduce): the halo plan is collective, so a rank rebuilding alone would leave its
+    peers waiting."""
+    model, atoms = lj_model(), SYSTEMS["bulk"]()
+
+    def rebuilds_per_call(comm) -> list[int]:
+        layout = GivenRowsModel(model, comm, padding_species=18, skin=0.4)
+        positions = torch.tensor(atoms.positions, dtype=torch.float64)
+        mine = (positions[:, 0] < positions[:, 0].median()) == (comm.rank == 0)
+        ids = torch.cat([torch.nonzero(mine).flatten(), torch.nonzero(~mine).flatten()])
+        rows, numbers = positions[ids], torch.full((len(ids),), 18)
+        no_cell = torch.zeros(1, 3, 3, dtype=torch.float64)
+        counts = []
+        for moved in (0.0, 0.3 if comm.rank == 0 else 0.0):  # past half the skin on rank 0
+            layout(GivenRows(int(mine.sum()), rows + moved, numbers, ids, no_cell))
+            counts.append(layout.domain.rebuilds)
+        return counts
+
+    assert run_simulated(2, rebuilds_per_call) == [[1, 2], [1, 2]]
