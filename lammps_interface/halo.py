@@ -38,17 +38,17 @@ from nvdd_plugins.models import BaseModelMixin
 
 __all__ = ["EAGER_CALLS", "VERLET_SKIN", "HaloBridge"]
 
-_PER_ROW = ("energy", "energies", "forces")
+_PER_ROW = frozenset({"energy", "energies", "forces"})
 
 VERLET_SKIN = 0.5
 """Skin (Å) of the pair list the bridge keeps between rebuilds; a matter of speed only
 (results are exact for any skin: a row that moved more than half of it rebuilds the list)."""
 
-EAGER_CALLS = 2
-"""Calls of a new view that run eagerly before its capture: after a rebuild the engine checks
-one forward and verifies the spec's shortcuts in the next, and the first forward on the
-shortcut path fills the view's lazy index caches (a cache made inside a capture would live
-in its memory pool)."""
+EAGER_CALLS = 1
+"""Calls of a new view that run eagerly before its capture, after the checked forward that
+follows a rebuild (which `GivenRowsModel.replayed` never captures): the first forward on the
+shortcut path verifies the spec's shortcuts and fills the view's lazy index caches (a cache
+made inside a capture would live in its memory pool)."""
 
 
 class HaloBridge:
@@ -66,8 +66,9 @@ class HaloBridge:
         comm: LAMMPS's ranks (a local communicator for one rank whose calls replay).
         graphs: the model call's captured graphs where asked for and where they can replay:
             on a GPU, with one rank (else None).
-        graphs_required: `cuda_graphs=True`: capture every new view even when replays do
-            not pay, and raise when a capture fails.
+        layout: the `GivenRowsModel` of the rows (its `graphs_required` is
+            `cuda_graphs=True`: capture every new view even when replays do not pay, and
+            raise when a capture fails).
     """
 
     def __init__(
@@ -94,24 +95,29 @@ class HaloBridge:
         self.comm = LocalCommunicator() if graphs else MPICommunicator(mpi)
         self.model, self.padding_species = model, padding_species
         # replayed calls need views of fixed shapes (no host-side filtering in a capture)
-        self.layout = self._layout(fixed_shapes=graphs)
-        self.graphs_required = cuda_graphs is True
+        self.layout = self._layout(fixed_shapes=graphs, required=cuda_graphs is True)
         what = "the LAMMPS bridge's model call"
         self.graphs = ReplayedCalls(CudaStepGraph, what, EAGER_CALLS) if graphs else None
         self._noted_pairs = False
 
-    def _layout(self, fixed_shapes: bool) -> GivenRowsModel:
-        """A new layout of this bridge's rows (`fixed_shapes`: as a capture replays them)."""
+    def _layout(self, fixed_shapes: bool, required: bool) -> GivenRowsModel:
+        """A new layout of this bridge's rows (`fixed_shapes`: as a capture replays them;
+        `required`: every new view captured, a failed capture an error)."""
         return GivenRowsModel(
-            self.model, self.comm, self.padding_species, VERLET_SKIN, fixed_shapes=fixed_shapes
+            self.model,
+            self.comm,
+            self.padding_species,
+            VERLET_SKIN,
+            fixed_shapes=fixed_shapes,
+            graphs_required=required,
         )
 
     def replay_through(self, graphs: ReplayedCalls, required: bool) -> None:
         """Replay the model calls through `graphs` (`required`: capture every new view and
         raise when a capture fails), on views of fixed shapes (no host-side filtering,
         which a capture cannot hold); the layout starts anew (a new view at the next call)."""
-        self.graphs, self.graphs_required = graphs, required
-        self.layout = self._layout(fixed_shapes=True)
+        self.graphs = graphs
+        self.layout = self._layout(fixed_shapes=True, required=required)
 
     def evaluate(self, rows: LocalRows, pair_forces: bool = False) -> RowResults:
         """Energies and forces of every row, and with `pair_forces` the force of every
@@ -132,24 +138,19 @@ class HaloBridge:
             GivenRows(rows.nlocal, positions, rows.numbers, ids, cell, edges)
         )
         if edges is not None:
-            out = self.layout.evaluate_fixed(given, (*_PER_ROW, PAIR_GRADIENTS))
+            out = self.layout.evaluate_fixed(given, _PER_ROW | {PAIR_GRADIENTS})
             per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
             gradients = out[PAIR_GRADIENTS][: edges.shape[1]].double()
             per_pair = rows.pair_forces(gradients, ghost_pairs=False)
             return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
 
-        def per_row() -> tuple[torch.Tensor, torch.Tensor | None]:
+        out = None
+        if self.graphs is not None:  # the view holds the rows' other tensors
+            out = self.layout.replayed(self.graphs, given, _PER_ROW, (positions, cell))
+        if out is None:
             out = self.layout.evaluate_fixed(given, _PER_ROW)
-            values = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-            return values, self.layout.overflowed()
-
-        replayed = None
-        if self.graphs is not None:
-            inputs = (positions, cell)
-            replayed = self.graphs(self.layout.replay_key, inputs, per_row, self.graphs_required)
-        if replayed is None:
-            replayed = per_row()[0]
-        return RowResults.from_device(replayed, rows.nlocal, self.staging)
+        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        return RowResults.from_device(per_row, rows.nlocal, self.staging)
 
     def _note_unread_pairs(self, rows: LocalRows) -> None:
         """Say once (rank 0) what an input without `neigh_modify exclude group all all`

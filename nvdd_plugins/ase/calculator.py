@@ -274,32 +274,11 @@ class DomainDecomposedCalculator(Calculator):
         model = self.replicated_model
         replayed = None
         if self._graphed is not None and HEAT_FLUX_TENSORS not in wanted:
-            replayed = _replayed(self._graphed, model, batch, frozenset(wanted))
+            # the batch keeps its position and cell tensors between calls, written in place;
+            # a new batch is a new capture (the graph reads its other tensors)
+            inputs = (batch.positions, batch.cell)
+            replayed = model.replayed(self._graphed, batch, frozenset(wanted), inputs, batch)
         return replayed if replayed is not None else model(batch, wanted)
-
-
-def _replayed(
-    calls: ReplayedCalls, model: ReplicatedModel, batch: Batch, wanted: frozenset[str]
-) -> dict[str, torch.Tensor] | None:
-    """`wanted` of `batch` from a replay of `model`'s fixed-shape evaluation, or None: no
-    graph may be captured now, or the replay's positions need a rebuild or its results are
-    not finite (then an eager call redoes it, rebuilding as any eager call would). The batch
-    keeps its position and cell tensors between calls, written in place."""
-    if model.graph_token(batch) is None:
-        return None
-
-    def evaluate() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        results = model.evaluate_fixed(batch, wanted)
-        stale = model.stale_for(batch)  # after the evaluation, which may flag too
-        broken = ~torch.isfinite(results["energy"].sum() + results["forces"].sum())
-        return results, stale | broken
-
-    def key() -> tuple[Any, ...]:
-        # a new batch is a new capture: the graph reads the other tensors of the one it holds
-        return model.graph_token(batch), wanted, batch
-
-    replayed = calls(key, (batch.positions, batch.cell), evaluate, model.graphs_required())
-    return None if replayed is None else dict(replayed)
 
 
 def _wanted(properties: list[str] | tuple[str, ...], has_volume: bool, ranks: int) -> set[str]:

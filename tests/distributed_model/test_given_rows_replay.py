@@ -1,7 +1,7 @@
 """`GivenRowsModel` for a front end that replays its model calls (the LAMMPS bridge): a call
 whose pairs within the cutoff outgrow the edge slots kept for them raises its flag, so the
-replay is not kept, and the eager call that grows the capacity changes the replay key, so the
-call is captured again."""
+replay is not kept, and the eager call that grows the capacity changes the graph token, so
+the call is captured again."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class _PrunedPairs(ShiftPairModel):
         return MLIPSpec(distribution=distribution, output_kinds=SPEC_MPNN_HALO.output_kinds)
 
 
-def test_outgrown_edge_slots_flag_the_call_and_change_the_replay_key() -> None:
+def test_outgrown_edge_slots_flag_the_call_and_change_the_graph_token() -> None:
     atoms = cluster()
     positions = torch.from_numpy(atoms.positions)
     numbers = torch.from_numpy(atoms.numbers)
@@ -55,9 +55,10 @@ def test_outgrown_edge_slots_flag_the_call_and_change_the_replay_key() -> None:
     layout = GivenRowsModel(
         _PrunedPairs(), LocalCommunicator(), padding_species=18, skin=0.5, fixed_shapes=True
     )
-    layout(GivenRows(len(atoms), positions, numbers, ids, cell))  # eager: sizes the capacity
-    view, key = layout.domain.view, layout.replay_key()
-    assert not bool(layout.overflowed())
+    rows = GivenRows(len(atoms), positions, numbers, ids, cell)
+    layout(rows)  # eager: sizes the capacity
+    view, key = layout.domain.view, layout.graph_token(rows)
+    assert key is not None and not bool(layout.stale_for(rows))
 
     # atoms drawn together within half the skin: more pairs within the cutoff, same view
     centre = positions.mean(0)
@@ -71,9 +72,9 @@ def test_outgrown_edge_slots_flag_the_call_and_change_the_replay_key() -> None:
     slots.capacity = int(((closer[i] - closer[j]).norm(dim=1) < CUTOFF).sum()) - 1
     with without_host_checks():  # as a replay runs it: no resizing
         layout.evaluate_fixed(rows)
-    assert bool(layout.overflowed()) and layout.replay_key() == key
+    assert bool(layout.stale_for(rows)) and layout.graph_token(rows) == key
     grown = layout.evaluate_fixed(rows)  # the eager call the flag asks for
-    assert not bool(layout.overflowed()) and layout.replay_key() != key
+    assert not bool(layout.stale_for(rows)) and layout.graph_token(rows) != key
     plain = GivenRowsModel(_PrunedPairs(), LocalCommunicator(), padding_species=18, skin=0.5)
     at_closer = plain(GivenRows(len(atoms), closer, numbers, ids, cell))
     torch.testing.assert_close(grown["energy"], at_closer["energy"], rtol=1e-13, atol=0)

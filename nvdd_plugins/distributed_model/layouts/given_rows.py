@@ -50,7 +50,9 @@ class GivenRowsModel(SubdomainModel):
             receptive field and the pairs among ghosts (no exchange; ghost forces owed).
         fixed_shapes: views as a CUDA graph replays them (`DomainConfig.fixed_shapes`:
             capacities that grow, empty pair slots holding padding pairs, no filtering on
-            the host), for a front end that replays its model calls.
+            the host), for a front end that replays its model calls (`replayed`).
+        graphs_required: a capture that fails raises (`cuda_graphs=True`), and every new
+            view is captured even where replays do not pay.
     """
 
     def __init__(
@@ -61,8 +63,10 @@ class GivenRowsModel(SubdomainModel):
         skin: float = 0.0,
         shell: Shell | None = None,
         fixed_shapes: bool = False,
+        graphs_required: bool = False,
     ) -> None:
         nn.Module.__init__(self)
+        self._graphs_required = graphs_required
         config = DomainConfig(cutoff=model.cutoff, cuda_graphs=fixed_shapes)
         engine = HaloEngine(model, config, comm, shell)
         exchanges = not isinstance(engine.shell, ThickShell)
@@ -97,12 +101,11 @@ class GivenRowsModel(SubdomainModel):
         gradients when asked for."""
         return Wanted(forces=True, stress=False, stresses=PAIR_GRADIENTS in properties)
 
-    def replay_key(self) -> tuple[HaloView | None, int]:
-        """What a captured call on the current view holds for: the view, and the capacity of
-        the edge slots its forwards keep (`PairCapacity.version`)."""
-        return self.domain.view, self.engine.runner.edge_slots.version
-
-    def overflowed(self) -> torch.Tensor | None:
-        """0-d device flag, or None: the last call needed more edge slots than it kept, so
-        its results (a replay's) must not be used."""
-        return self.engine.runner.edge_slots.overflow
+    def stale_for(self, rows: GivenRows) -> torch.Tensor:
+        """0-d bool on the device: the last forward needed more edge slots than a captured
+        one keeps. The row layout and the listed pairs are checked before each call
+        (`prepare`, outside a capture: the ids are compared on the host)."""
+        overflow = self.engine.runner.edge_slots.overflow
+        if overflow is None:
+            return torch.zeros((), dtype=torch.bool, device=rows.positions.device)
+        return overflow

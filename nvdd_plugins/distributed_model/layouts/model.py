@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import torch
@@ -245,6 +245,36 @@ class SubdomainModel(nn.Module):
         synchronisation: what a captured step runs; `stale_for` decides whether its result
         is kept)."""
         return self._evaluate(self.owned_rows(batch), properties)
+
+    def replayed(
+        self,
+        calls: Callable[..., Any],
+        batch: Any,
+        properties: frozenset[str],
+        inputs: tuple[torch.Tensor, ...],
+        holds: Hashable = None,
+    ) -> dict[str, torch.Tensor] | None:
+        """`properties` of `batch` from a replay of the fixed-shape evaluation through
+        `calls` (a front end's `ReplayedCalls`), or None: no graph may be captured now
+        (`graph_token`), or the replay's rows need a rebuild or its results are not finite
+        (the caller then evaluates eagerly, rebuilding as any eager call would). `inputs`:
+        the tensors of `batch` that change between calls, written into the captured ones;
+        `holds`: what else the capture reads that a new call may bring (a new one is a
+        new capture)."""
+        if self.graph_token(batch) is None:
+            return None
+
+        def evaluate() -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+            results = self.evaluate_fixed(batch, properties)
+            stale = self.stale_for(batch)  # after the evaluation, which may flag too
+            broken = ~torch.isfinite(results["energy"].sum() + results["forces"].sum())
+            return results, stale | broken
+
+        def key() -> tuple[Any, ...]:
+            return self.graph_token(batch), properties, holds
+
+        replayed = calls(key, inputs, evaluate, self.graphs_required())
+        return None if replayed is None else dict(replayed)
 
     def check_finite(self, batch: Batch) -> None:
         """Raise `NonFiniteError` on every rank if any rank's positions, or the last forces
