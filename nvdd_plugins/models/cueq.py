@@ -23,7 +23,7 @@ from torch import nn
 from nvdd_plugins.models.mace import mace_spec
 from nvdd_plugins.spec import MethodAdapter, MLIPSpec, OpAdapter, scattered_onto_nodes
 
-__all__ = ["cueq_mace_spec", "to_cuequivariance"]
+__all__ = ["cueq_mace_spec", "require_cuda_kernels", "to_cuequivariance"]
 
 _UNIFORM_1D_FORWARD = SegmentedPolynomialFromUniform1dJit.forward
 # cuEquivariance kernels a mace model calls whose outputs are per node or per edge
@@ -41,12 +41,29 @@ def to_cuequivariance(model: nn.Module) -> nn.Module:
     from mace.cli.convert_e3nn_cueq import run  # optional dependency
 
     parameter = next(model.parameters())
+    if parameter.device.type == "cuda":
+        require_cuda_kernels()
     default_dtype = torch.get_default_dtype()
     try:  # the converter sets the global default dtype to the model's
         converted = run(model, device=parameter.device.type, return_model=True)
     finally:
         torch.set_default_dtype(default_dtype)
     return converted.to(device=parameter.device, dtype=parameter.dtype)
+
+
+def require_cuda_kernels() -> None:
+    """Raise a clear ImportError where cuEquivariance's CUDA kernels do not load: without
+    them cuequivariance-torch falls back to plain torch code, and mace's fused convolution
+    then fails deep in its converter ("'SegmentedPolynomialNaive' object has no attribute
+    'buffer_num_segments'")."""
+    try:
+        import cuequivariance_ops_torch  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            f"cuEquivariance's CUDA kernels did not load (import cuequivariance_ops_torch: "
+            f"{err}): install cuequivariance-ops-torch-cu12 or -cu13, as your CUDA needs, "
+            "with its dependencies"
+        ) from err
 
 
 def uniform_1d_forward(

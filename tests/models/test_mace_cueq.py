@@ -5,6 +5,8 @@ checked in tests/distributed_model/test_mace_simulated.py (CPU) and tests/gpu/te
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("mace")
@@ -62,3 +64,11 @@ def test_compile_prepares_a_cueq_model_as_mace_does(cueq_wrapper) -> None:
     assert prepared.prepare_for_compile() is prepared
     for mine, theirs in zip(prepared.parameters(), cueq_wrapper.parameters(), strict=True):
         assert torch.equal(mine, theirs)
+
+
+def test_missing_cuda_kernels_are_named(monkeypatch) -> None:
+    """Where cuequivariance_ops_torch does not import (on the GPU machine: a dependency of its
+    kernel cache missing), the error says so, not mace's converter's AttributeError."""
+    monkeypatch.setitem(sys.modules, "cuequivariance_ops_torch", None)  # import raises
+    with pytest.raises(ImportError, match="cuEquivariance's CUDA kernels did not load"):
+        cueq_module.require_cuda_kernels()
