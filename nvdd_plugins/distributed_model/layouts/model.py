@@ -41,9 +41,10 @@ class SubdomainModel(nn.Module):
     (rebuild needed, NaN), one rebuild of the view (`domain`), the ghost positions
     refreshed, the engine's evaluation and its results placed (`placement`). Layouts differ
     only in their row source (`owned_rows`, `moved_rows`: which atoms a rank holds, how
-    they move at a rebuild; `view_stale`, `ghost_rows`: when its view goes stale, where
-    ghost positions come from) and placement (`DistributedModel`, `ReplicatedModel`,
-    `GivenRowsModel`, which `adopt` an engine and a domain of their own).
+    they move at a rebuild; `view_stale`, `ghost_rows`, `wanted`: when its view goes
+    stale, where ghost positions come from, what autograd derives) and placement
+    (`DistributedModel`, `ReplicatedModel`, `GivenRowsModel`, which `adopt` an engine and a
+    domain of their own).
 
     Args:
         model: a `BaseModelMixin` wrapper with per-atom "energies" output.
@@ -152,10 +153,9 @@ class SubdomainModel(nn.Module):
         """This rank's status word (0-d float32 on the device, no host synchronisation):
         `NON_FINITE` when `owned`'s positions or the `last` results (energy, forces,
         per-atom energies) are NaN or infinite, else `REBUILD` when the view is stale for
-        them (`view_stale`) or the last forward
-        needed more edge slots than a captured one keeps (`PairCapacity.overflow`), else 0.
-        Ranks agree on the largest (`agreed_status`); a captured step is kept only where
-        it is 0."""
+        them (`view_stale`) or the last forward needed more edge slots than a captured one
+        keeps (`PairCapacity.overflow`), else 0. Ranks agree on the largest
+        (`agreed_status`); a captured step is kept only where it is 0."""
         energy, *per_atom = last
         positions = owned.positions.detach()
         non_finite = any_non_finite(positions, energy, tuple(per_atom))
