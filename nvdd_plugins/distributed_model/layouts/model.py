@@ -187,14 +187,13 @@ class SubdomainModel(nn.Module):
             raise non_finite_error(self.comm, owned.global_ids, kinds)
         return status == REBUILD
 
-    def rebuild(self, owned: Batch) -> HaloView:
+    def rebuild(self, owned: Batch) -> None:
         """Build the view of `owned` (this rank's atoms at their current positions) and have
         the engine re-decide what it may skip for that view (collective). Every rebuild,
         a restored checkpoint's included, comes through here."""
-        view = self.domain.build(owned)
+        self.domain.build(owned)
         self.engine.rebuilt(owned.cell[0], owned.pbc[0])
         self._last_results = _NO_RESULTS
-        return view
 
     def owners(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
         """Owning rank of each position of the full system for the current cell."""

@@ -98,9 +98,9 @@ class GivenDomain:
         device = rows.positions.device
         return self.verlet.stale(positions, ids=rows.layout()).to(device)
 
-    def build(self, rows: GivenRows) -> HaloView:
+    def build(self, rows: GivenRows) -> None:
         """The halo plan of the rows (collective: a new layout on one rank invalidates its
-        peers' plans too) and their view."""
+        peers' plans too); the call's view follows (`select`)."""
         ids = rows.global_ids
         if self.exchanges:
             self._plan = HaloPlan.from_global_ids(
@@ -110,9 +110,8 @@ class GivenDomain:
             nothing = torch.empty(0, dtype=torch.long, device=ids.device)
             self._plan = HaloPlan(rows.n_owned, ids.shape[0], *(nothing,) * 4)
         self._listed = None
-        self.verlet.record(rows.positions, ids=rows.layout())
+        self.verlet.record(None, ids=rows.layout())  # `select` adds positions when it lists
         self.rebuilds += 1
-        return self.select(rows)
 
     def select(self, rows: GivenRows) -> HaloView:
         """The view of this call (rank-local): of the pairs given, else of the pairs listed
