@@ -101,12 +101,7 @@ class RedundantBridge:
         no_cell = positions.new_zeros(1, 3, 3)
         wanted = ("energy", "energies", "forces") + ((PAIR_GRADIENTS,) if pair_forces else ())
         out = layout(GivenRows(rows.nlocal, positions, rows.numbers, ids, no_cell, edges), wanted)
-        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-        per_pair = None
-        if pair_forces:
-            gradients = out[PAIR_GRADIENTS][: edges.shape[1]].double()
-            per_pair = rows.pair_forces(gradients, ghost_pairs=True)
-        return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
+        return RowResults.of(out, rows, self.staging, ghost_pairs=True if pair_forces else None)
 
     def _layout_for(self, rows: LocalRows) -> GivenRowsModel:
         if self._layout is None:

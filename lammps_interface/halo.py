@@ -139,18 +139,14 @@ class HaloBridge:
         )
         if edges is not None:
             out = self.layout.evaluate_fixed(given, _PER_ROW | {PAIR_GRADIENTS})
-            per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-            gradients = out[PAIR_GRADIENTS][: edges.shape[1]].double()
-            per_pair = rows.pair_forces(gradients, ghost_pairs=False)
-            return RowResults.from_device(per_row, rows.nlocal, self.staging, per_pair)
+            return RowResults.of(out, rows, self.staging, ghost_pairs=False)
 
         out = None
         if self.graphs is not None:  # the view holds the rows' other tensors
             out = self.layout.replayed(self.graphs, given, _PER_ROW, (positions, cell))
         if out is None:
             out = self.layout.evaluate_fixed(given, _PER_ROW)
-        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
-        return RowResults.from_device(per_row, rows.nlocal, self.staging)
+        return RowResults.of(out, rows, self.staging)
 
     def _note_unread_pairs(self, rows: LocalRows) -> None:
         """Say once (rank 0) what an input without `neigh_modify exclude group all all`

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from nvdd_plugins.comm import Staging
+from nvdd_plugins.distributed_model import PAIR_GRADIENTS
 
 __all__ = ["LocalRows", "RowResults"]
 
@@ -111,10 +112,11 @@ class LocalRows:
 
     def pair_forces(self, edge_gradients: torch.Tensor, ghost_pairs: bool) -> torch.Tensor:
         """(npairs, 3) dE/drij of LAMMPS's pairs from dE/dr of the edges `edges(ghost_pairs)`
-        gave (a reversed edge counts with the opposite sign; pairs no edge came from, e.g.
-        those centred on a ghost with an owned neighbour, get 0): what
-        `data.update_pair_forces` takes."""
+        gave, the first rows of `edge_gradients` (a reversed edge counts with the opposite
+        sign; pairs no edge came from, e.g. those centred on a ghost with an owned neighbour,
+        get 0): what `data.update_pair_forces` takes."""
         pairs, forward = self._edge_sources(ghost_pairs)
+        edge_gradients = edge_gradients[: pairs.numel()]
         signed = torch.where(forward[:, None], edge_gradients, -edge_gradients)
         forces = edge_gradients.new_zeros(self.pair_i.numel(), 3)
         return forces.index_add_(0, pairs, signed)
@@ -159,16 +161,22 @@ class RowResults:
     pair_forces: np.ndarray | None = None
 
     @classmethod
-    def from_device(
+    def of(
         cls,
-        per_row: torch.Tensor,
-        nlocal: int,
+        out: dict[str, torch.Tensor],
+        rows: LocalRows,
         staging: Staging,
-        pair_forces: torch.Tensor | None = None,
+        ghost_pairs: bool | None = None,
     ) -> RowResults:
-        """Results from the (ntotal, 4) energies and forces on the model's device (and the
-        (npairs, 3) pair forces), each copied back in one copy, valid until the next call."""
-        finite = torch.isfinite(per_row[:nlocal]).all()
+        """Results from a layout's outputs on `rows` ("energies" and "forces" of every row,
+        on the model's device), each copied back in one copy, valid until the next call;
+        with `ghost_pairs`, also the forces of the listed pairs from `PAIR_GRADIENTS` of the
+        edges `rows.edges(ghost_pairs)` gave, the view's first."""
+        per_row = torch.cat([out["energies"].unsqueeze(1), out["forces"]], dim=1)
+        finite = torch.isfinite(per_row[: rows.nlocal]).all()
         host = staging.to_host("results", per_row.to(torch.float64))
-        pairs = None if pair_forces is None else staging.to_host("pair_forces", pair_forces)
+        pairs = None
+        if ghost_pairs is not None:
+            forces = rows.pair_forces(out[PAIR_GRADIENTS].double(), ghost_pairs)
+            pairs = staging.to_host("pair_forces", forces)
         return cls(host[:, 0], host[:, 1:], bool(finite), pairs)
